@@ -1,0 +1,37 @@
+//! iris-media: the bottom layer of Iris. It maps a volume (a regular file, a file in a RAM drive such
+//! as `/dev/shm`, or a block/DAX device) into the address space once, `MAP_SHARED`, and offers
+//! `persist(range)`, the only way bytes become durable. It knows nothing of what the bytes mean.
+//!
+//! Implementations: [`MappedMedia`] for real volumes and [`SimMedia`] for tests, which records what
+//! was persisted and can "lose power", keeping only persisted bytes and a random subset of the rest.
+
+mod error;
+mod latency;
+mod lock;
+mod mapped;
+mod sim;
+
+pub use error::MediaError;
+pub use latency::LatencyModel;
+pub use lock::{lock_holders, LockMode};
+pub use mapped::{MappedMedia, MediaKind};
+pub use sim::SimMedia;
+
+/// A volume mapped into memory. All access to the bytes goes through [`Media::base`]; the media
+/// itself only maps, grows and persists.
+pub trait Media: Send + Sync {
+    /// Start of the mapping. Valid for [`Media::mapped_len`] bytes for the life of `self`; only the
+    /// first [`Media::backed_len`] bytes may be touched.
+    fn base(&self) -> *mut u8;
+    /// Bytes of address space reserved by the mapping (the volume's size limit).
+    fn mapped_len(&self) -> u64;
+    /// Bytes currently backed by the file or device (touching beyond this faults).
+    fn backed_len(&self) -> u64;
+    /// Grow the backing to at least `len_bytes` (never beyond [`Media::mapped_len`]). Idempotent and
+    /// safe to call from several processes.
+    fn grow(&self, len_bytes: u64) -> Result<(), MediaError>;
+    /// Make `[offset, offset + len)` durable. Returns only once the range is on stable media.
+    fn persist(&self, offset: u64, len: u64) -> Result<(), MediaError>;
+    /// The latency model the store should apply per block read or written.
+    fn latency(&self) -> LatencyModel;
+}

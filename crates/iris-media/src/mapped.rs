@@ -1,0 +1,232 @@
+//! A volume backed by a real file or device, mapped `MAP_SHARED` once for its whole size limit.
+//! A growable file is extended with `ftruncate` under the same mapping, so every process that maps
+//! it sees the new space without remapping.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::lock::{self, LockMode};
+use crate::{LatencyModel, Media, MediaError};
+
+/// What backs a mapped volume; decides how `persist` reaches stable media.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MediaKind {
+    /// A regular file (on disk or in a RAM drive): `msync(MS_SYNC)`.
+    File,
+    /// A block device of fixed size: `msync(MS_SYNC)`.
+    BlockDevice,
+    /// A DAX mapping of persistent memory: cache-line write-back and a store fence.
+    Dax,
+}
+
+/// A volume mapped from a file or device.
+pub struct MappedMedia {
+    path: PathBuf,
+    file: File,
+    map: MmapRaw,
+    kind: MediaKind,
+    latency: LatencyModel,
+}
+
+impl MappedMedia {
+    /// Open (or, with `create`, create) the volume at `path`, lock it in `mode`, and map
+    /// `map_len_bytes` of it (the volume's size limit; for a block device, its size). A regular
+    /// file shorter than `min_len_bytes` is extended (sparsely) to it.
+    pub fn open(
+        path: &Path,
+        create: bool,
+        mode: LockMode,
+        map_len_bytes: u64,
+        min_len_bytes: u64,
+    ) -> Result<Self, MediaError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .open(path)
+            .map_err(|source| MediaError::Io {
+                op: "open",
+                path: path.to_path_buf(),
+                source,
+            })?;
+        lock::lock(&file, path, mode)?;
+        let meta = file.metadata().map_err(|source| MediaError::Io {
+            op: "stat",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let kind = if meta.file_type().is_block_device() {
+            MediaKind::BlockDevice
+        } else if std::env::var_os("IRIS_DAX").is_some() {
+            MediaKind::Dax
+        } else {
+            MediaKind::File
+        };
+        let map_len = if kind == MediaKind::BlockDevice {
+            device_size(&file, path)?
+        } else {
+            map_len_bytes.max(min_len_bytes)
+        };
+        if map_len == 0 {
+            return Err(MediaError::Invalid(format!(
+                "{}: cannot map an empty volume",
+                path.display()
+            )));
+        }
+        let map_len_usize = usize::try_from(map_len)
+            .map_err(|_| MediaError::Invalid(format!("volume size {map_len} too large")))?;
+        let map = MmapOptions::new()
+            .len(map_len_usize)
+            .map_raw(&file)
+            .map_err(|source| MediaError::Io {
+                op: "mmap",
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let media = MappedMedia {
+            path: path.to_path_buf(),
+            file,
+            map,
+            kind,
+            latency: LatencyModel::from_env(),
+        };
+        if kind != MediaKind::BlockDevice && media.backed_len() < min_len_bytes {
+            media.grow(min_len_bytes)?;
+        }
+        Ok(media)
+    }
+
+    /// The volume's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What backs the volume.
+    pub fn kind(&self) -> MediaKind {
+        self.kind
+    }
+
+    /// Replace the latency model (benchmarks).
+    pub fn set_latency(&mut self, latency: LatencyModel) {
+        self.latency = latency;
+    }
+
+    /// Take the advisory lock in another mode (e.g. downgrade to shared after recovery).
+    pub fn relock(&self, mode: LockMode) -> Result<(), MediaError> {
+        lock::lock(&self.file, &self.path, mode)
+    }
+}
+
+/// Size of a block device in bytes (BLKGETSIZE64).
+fn device_size(file: &File, path: &Path) -> Result<u64, MediaError> {
+    const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points at a live local.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) };
+    if rc != 0 {
+        return Err(MediaError::last_os("BLKGETSIZE64", path));
+    }
+    Ok(size)
+}
+
+impl Media for MappedMedia {
+    fn base(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    fn mapped_len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    fn backed_len(&self) -> u64 {
+        match self.kind {
+            MediaKind::BlockDevice => self.mapped_len(),
+            _ => self
+                .file
+                .metadata()
+                .map(|m| m.len().min(self.mapped_len()))
+                .unwrap_or(0),
+        }
+    }
+
+    fn grow(&self, len_bytes: u64) -> Result<(), MediaError> {
+        if len_bytes > self.mapped_len() {
+            return Err(MediaError::GrowLimit {
+                wanted_bytes: len_bytes,
+                limit_bytes: self.mapped_len(),
+            });
+        }
+        if self.kind == MediaKind::BlockDevice {
+            return Ok(());
+        }
+        // Several processes may grow at once: only ever extend, never shrink.
+        let current = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        if current >= len_bytes {
+            return Ok(());
+        }
+        self.file.set_len(len_bytes).map_err(|source| MediaError::Io {
+            op: "ftruncate",
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn persist(&self, offset: u64, len: u64) -> Result<(), MediaError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let end = offset.saturating_add(len).min(self.mapped_len());
+        match self.kind {
+            MediaKind::Dax => {
+                crate::mapped::flush_cache_lines(self.base(), offset, end);
+                Ok(())
+            }
+            MediaKind::File | MediaKind::BlockDevice => {
+                let page = 4096u64;
+                let start = offset / page * page;
+                let (Ok(start_usize), Ok(len_usize)) =
+                    (usize::try_from(start), usize::try_from(end - start))
+                else {
+                    return Err(MediaError::Invalid("persist range too large".into()));
+                };
+                self.map
+                    .flush_range(start_usize, len_usize)
+                    .map_err(|source| MediaError::Io {
+                        op: "msync",
+                        path: self.path.clone(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    fn latency(&self) -> LatencyModel {
+        self.latency
+    }
+}
+
+/// Write back every cache line of `[offset, end)` and fence, for DAX persistent memory.
+fn flush_cache_lines(base: *mut u8, offset: u64, end: u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let line = 64u64;
+        let mut at = offset / line * line;
+        while at < end {
+            // SAFETY: `at` < end <= mapped_len, so the address lies inside the live mapping;
+            // clflush only writes the line back, it does not change memory contents.
+            unsafe { core::arch::x86_64::_mm_clflush(base.add(at as usize)) };
+            at += line;
+        }
+        // SAFETY: a store fence has no memory operands.
+        unsafe { core::arch::x86_64::_mm_sfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (base, offset, end);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
