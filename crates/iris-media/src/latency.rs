@@ -15,7 +15,12 @@ pub struct LatencyModel {
 impl LatencyModel {
     /// Read a model from `IRIS_READ_NS` / `IRIS_WRITE_NS`; unset or unparsable means 0.
     pub fn from_env() -> Self {
-        let get = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let get = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
         LatencyModel {
             read_ns: get("IRIS_READ_NS"),
             write_ns: get("IRIS_WRITE_NS"),

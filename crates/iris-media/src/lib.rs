@@ -34,4 +34,33 @@ pub trait Media: Send + Sync {
     fn persist(&self, offset: u64, len: u64) -> Result<(), MediaError>;
     /// The latency model the store should apply per block read or written.
     fn latency(&self) -> LatencyModel;
+    /// Downgrade exclusive access (held while recovering) to shared access for cooperating
+    /// processes. Media without an advisory lock do nothing.
+    fn share(&self) -> Result<(), MediaError> {
+        Ok(())
+    }
+}
+
+impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
+    fn base(&self) -> *mut u8 {
+        (**self).base()
+    }
+    fn mapped_len(&self) -> u64 {
+        (**self).mapped_len()
+    }
+    fn backed_len(&self) -> u64 {
+        (**self).backed_len()
+    }
+    fn grow(&self, len_bytes: u64) -> Result<(), MediaError> {
+        (**self).grow(len_bytes)
+    }
+    fn persist(&self, offset: u64, len: u64) -> Result<(), MediaError> {
+        (**self).persist(offset, len)
+    }
+    fn latency(&self) -> LatencyModel {
+        (**self).latency()
+    }
+    fn share(&self) -> Result<(), MediaError> {
+        (**self).share()
+    }
 }

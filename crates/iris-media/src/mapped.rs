@@ -168,11 +168,13 @@ impl Media for MappedMedia {
         if current >= len_bytes {
             return Ok(());
         }
-        self.file.set_len(len_bytes).map_err(|source| MediaError::Io {
-            op: "ftruncate",
-            path: self.path.clone(),
-            source,
-        })
+        self.file
+            .set_len(len_bytes)
+            .map_err(|source| MediaError::Io {
+                op: "ftruncate",
+                path: self.path.clone(),
+                source,
+            })
     }
 
     fn persist(&self, offset: u64, len: u64) -> Result<(), MediaError> {
@@ -206,6 +208,10 @@ impl Media for MappedMedia {
 
     fn latency(&self) -> LatencyModel {
         self.latency
+    }
+
+    fn share(&self) -> Result<(), MediaError> {
+        self.relock(LockMode::Shared)
     }
 }
 

@@ -1,1 +1,30 @@
-//! placeholder
+//! iris-store: a crash-safe copy-on-write tree key-value store over a memory-mapped volume.
+//!
+//! Where to look: the commit protocol is `commit.rs`, the allocator `allocator.rs`, the tree and
+//! its publish rule `tree.rs`, node format `node.rs`, on-volume layout `layout.rs`, superblocks
+//! `superblock.rs`, the working header shared by processes `header.rs`, recovery and garbage
+//! collection `recovery.rs`, the process-shared lock `volume_lock.rs`, and the public API
+//! `store.rs`. Raw pointer access to the mapping is confined to `region.rs`.
+
+mod allocator;
+mod commit;
+mod error;
+mod header;
+mod key;
+mod layout;
+mod node;
+mod recovery;
+mod region;
+mod store;
+mod superblock;
+mod tree;
+mod volume_lock;
+
+pub use error::{Result, StoreError};
+pub use key::Key;
+pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+pub use store::{
+    kernel_boot_id, CreateOptions, Op, OpenOptions, SnapshotView, Stats, Store, TreeShape,
+    VerifyReport,
+};
+pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

@@ -1,0 +1,166 @@
+//! The working header: state shared by every process that maps the volume, living in the mapping
+//! itself (never persisted on purpose). It is trusted at open only when it was written during the
+//! current boot: then the page cache kept every completed store, even if its writer was killed.
+//! After a reboot it is rebuilt from the newest superblock (see `recovery`).
+
+use std::sync::atomic::Ordering;
+
+use crate::layout::Layout;
+use crate::region::Region;
+use crate::superblock::{SnapshotEntry, MAX_SNAPSHOTS, SNAP_ENTRY_BYTES};
+
+/// "IRISHDR1"
+const HEADER_MAGIC: u64 = u64::from_le_bytes(*b"IRISHDR1");
+
+// Field offsets inside the header. Every field is an aligned u64.
+const MAGIC: u64 = 0;
+const BOOT_HI: u64 = 8;
+const BOOT_LO: u64 = 16;
+const WORKING_ROOT: u64 = 24;
+const WORKING_GEN: u64 = 32;
+const COMMITTED_GEN: u64 = 40;
+const COMMITTED_ROOT: u64 = 48;
+const BACKED_BLOCKS: u64 = 56;
+const USED_BLOCKS: u64 = 64;
+const ALLOC_HINT: u64 = 72;
+const COMMITS: u64 = 80;
+const BYTES_PERSISTED: u64 = 88;
+const SNAPSHOT_HELD: u64 = 96;
+const LAST_COMMIT_NS: u64 = 104;
+const DIRTY: u64 = 112;
+const FAILED: u64 = 120;
+const PENDING_BLOCKS: u64 = 128;
+const COMMITTED_SLOT: u64 = 136;
+const SNAP_COUNT: u64 = 144;
+const SNAP_TABLE: u64 = 152;
+/// The process-shared mutex (pthread_mutex_t, 40 bytes on x86-64 and AArch64 glibc).
+pub(crate) const MUTEX: u64 = 576;
+pub(crate) const MUTEX_BYTES: u64 = 64;
+const VOLUME_ID: u64 = 640;
+
+const _: () = assert!(SNAP_TABLE + (MAX_SNAPSHOTS * SNAP_ENTRY_BYTES) as u64 <= MUTEX);
+const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() as u64 <= MUTEX_BYTES);
+const _: () = assert!(VOLUME_ID + 8 <= crate::layout::HEADER_BYTES);
+
+/// Typed access to the header fields.
+#[derive(Clone, Copy)]
+pub(crate) struct Header {
+    region: Region,
+    off: u64,
+}
+
+macro_rules! field {
+    ($get:ident, $set:ident, $off:expr) => {
+        #[inline]
+        pub fn $get(&self) -> u64 {
+            self.region
+                .atomic_u64(self.off + $off)
+                .load(Ordering::Acquire)
+        }
+        #[inline]
+        pub fn $set(&self, v: u64) {
+            self.region
+                .atomic_u64(self.off + $off)
+                .store(v, Ordering::Release)
+        }
+    };
+}
+
+impl Header {
+    pub fn new(region: Region, layout: &Layout) -> Self {
+        Header {
+            region,
+            off: layout.header_off,
+        }
+    }
+
+    field!(magic, set_magic, MAGIC);
+    field!(working_root, set_working_root, WORKING_ROOT);
+    field!(working_gen, set_working_gen, WORKING_GEN);
+    field!(committed_gen, set_committed_gen, COMMITTED_GEN);
+    field!(committed_root, set_committed_root, COMMITTED_ROOT);
+    field!(backed_blocks, set_backed_blocks, BACKED_BLOCKS);
+    field!(used_blocks, set_used_blocks, USED_BLOCKS);
+    field!(alloc_hint, set_alloc_hint, ALLOC_HINT);
+    field!(commits, set_commits, COMMITS);
+    field!(bytes_persisted, set_bytes_persisted, BYTES_PERSISTED);
+    field!(snapshot_held, set_snapshot_held, SNAPSHOT_HELD);
+    field!(last_commit_ns, set_last_commit_ns, LAST_COMMIT_NS);
+    field!(dirty, set_dirty, DIRTY);
+    field!(failed, set_failed, FAILED);
+    field!(pending_blocks, set_pending_blocks, PENDING_BLOCKS);
+    field!(committed_slot, set_committed_slot, COMMITTED_SLOT);
+    field!(volume_id, set_volume_id, VOLUME_ID);
+
+    /// Offset of the working-root word (the publish point of the whole working tree).
+    pub fn working_root_off(&self) -> u64 {
+        self.off + WORKING_ROOT
+    }
+
+    /// Whether the header was written during the boot identified by `boot_id`.
+    pub fn is_valid_for_boot(&self, boot_id: u128) -> bool {
+        self.magic() == HEADER_MAGIC
+            && self.region.read_u64(self.off + BOOT_HI) == (boot_id >> 64) as u64
+            && self.region.read_u64(self.off + BOOT_LO) == boot_id as u64
+    }
+
+    /// Stamp the header as valid for `boot_id`. Written last by recovery.
+    pub fn stamp(&self, boot_id: u128) {
+        self.region
+            .write_u64(self.off + BOOT_HI, (boot_id >> 64) as u64);
+        self.region.write_u64(self.off + BOOT_LO, boot_id as u64);
+        self.set_magic(HEADER_MAGIC);
+    }
+
+    /// Invalidate (recovery in progress).
+    pub fn clear_magic(&self) {
+        self.set_magic(0);
+    }
+
+    /// The working snapshot table (written into every superblock at commit).
+    pub fn snapshots(&self) -> Vec<SnapshotEntry> {
+        let count = (self.region.read_u64(self.off + SNAP_COUNT) as usize).min(MAX_SNAPSHOTS);
+        (0..count)
+            .filter_map(|i| {
+                let at = self.off + SNAP_TABLE + (i * SNAP_ENTRY_BYTES) as u64;
+                SnapshotEntry::decode(self.region.bytes(at, SNAP_ENTRY_BYTES as u64)).ok()
+            })
+            .collect()
+    }
+
+    /// Replace the working snapshot table.
+    pub fn set_snapshots(&self, table: &[SnapshotEntry]) {
+        let count = table.len().min(MAX_SNAPSHOTS);
+        for (i, s) in table.iter().take(count).enumerate() {
+            let at = self.off + SNAP_TABLE + (i * SNAP_ENTRY_BYTES) as u64;
+            s.encode(self.region.bytes_mut(at, SNAP_ENTRY_BYTES as u64));
+        }
+        self.region.write_u64(self.off + SNAP_COUNT, count as u64);
+    }
+
+    /// The oldest-first list of snapshot generations (for the retention rule).
+    pub fn newest_snapshot_generation(&self) -> Option<u64> {
+        let count = (self.region.read_u64(self.off + SNAP_COUNT) as usize).min(MAX_SNAPSHOTS);
+        (0..count)
+            .map(|i| {
+                self.region
+                    .read_u64(self.off + SNAP_TABLE + (i * SNAP_ENTRY_BYTES) as u64 + 32)
+            })
+            .max()
+    }
+
+    /// Add `n` to a counter field with one atomic RMW.
+    pub fn add_used(&self, delta: i64) {
+        let a = self.region.atomic_u64(self.off + USED_BLOCKS);
+        if delta >= 0 {
+            a.fetch_add(delta as u64, Ordering::AcqRel);
+        } else {
+            a.fetch_sub(delta.unsigned_abs(), Ordering::AcqRel);
+        }
+    }
+
+    /// Pointer to the mutex memory.
+    pub fn mutex_ptr(&self) -> *mut libc::pthread_mutex_t {
+        self.region.ptr(self.off + MUTEX, MUTEX_BYTES) as *mut libc::pthread_mutex_t
+    }
+}

@@ -1,0 +1,335 @@
+//! Tree nodes: one block each. A node starts with a 32-byte header (magic, level, count, birth
+//! generation, checksum, heap start). Leaves hold sorted 40-byte slots (key, word, generation,
+//! length, flags) and, growing down from the end of the block, the bytes of small values; a slot
+//! with `FLAG_BLOCK` points at a data block instead. Internal nodes hold sorted 24-byte slots (key,
+//! child); slot 0's key is the subtree's lower bound but routing treats it as minus infinity.
+//!
+//! Nothing read from a node is trusted: [`Node::load`] checks magic, level, count and heap bounds,
+//! and value/child accessors check what they return, so corrupt bytes give an error, never a panic.
+
+use crate::error::{Result, StoreError};
+use crate::key::Key;
+use crate::layout::Layout;
+use crate::region::Region;
+
+pub(crate) const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"IRLF");
+pub(crate) const INNER_MAGIC: u32 = u32::from_le_bytes(*b"IRIN");
+pub(crate) const NODE_HEADER: u64 = 32;
+pub(crate) const LEAF_SLOT: u64 = 40;
+pub(crate) const INNER_SLOT: u64 = 24;
+/// Deepest tree accepted (bounds every descent and recursion).
+pub(crate) const MAX_HEIGHT: usize = 16;
+/// Slot flag: the value lives out of line in the data block named by `word`.
+pub(crate) const FLAG_BLOCK: u32 = 1;
+
+const H_MAGIC: u64 = 0;
+const H_LEVEL: u64 = 4;
+const H_COUNT: u64 = 6;
+const H_BIRTH: u64 = 8;
+const H_CRC: u64 = 16;
+const H_HEAP: u64 = 20;
+
+/// Where a value lives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Val<'a> {
+    /// Small value, bytes in a node (or the caller's buffer).
+    Inline(&'a [u8]),
+    /// Out-of-line value: `len` bytes at the start of data block `block`, born in `gen`.
+    Block { block: u64, len: u32, gen: u64 },
+}
+
+impl Val<'_> {
+    /// Bytes the value takes in a leaf's heap.
+    pub fn heap_bytes(&self) -> u64 {
+        match self {
+            Val::Inline(b) => b.len() as u64,
+            Val::Block { .. } => 0,
+        }
+    }
+}
+
+/// A validated view of one node.
+#[derive(Clone, Copy)]
+pub(crate) struct Node {
+    region: Region,
+    /// Block number.
+    pub block: u64,
+    off: u64,
+    bs: u64,
+    pub level: u16,
+    pub count: u16,
+    pub birth: u64,
+    layout: Layout,
+    backed_blocks: u64,
+}
+
+fn bad(block: u64, what: &str) -> StoreError {
+    StoreError::corrupt(format!("node {block}: {what}"))
+}
+
+impl Node {
+    /// Read and check node `block`; `expected_level` is the level its parent implies.
+    pub fn load(
+        region: Region,
+        layout: &Layout,
+        backed_blocks: u64,
+        block: u64,
+        expected_level: Option<u16>,
+    ) -> Result<Node> {
+        if block < layout.data_start || block >= backed_blocks {
+            return Err(bad(block, "pointer outside the volume's data area"));
+        }
+        let off = layout.offset(block);
+        let bs = layout.bs();
+        let magic = region.read_u32(off + H_MAGIC);
+        let level = region.read_u16(off + H_LEVEL);
+        let count = region.read_u16(off + H_COUNT);
+        let birth = region.read_u64(off + H_BIRTH);
+        match (magic, level) {
+            (LEAF_MAGIC, 0) | (INNER_MAGIC, 1..) => {}
+            (LEAF_MAGIC | INNER_MAGIC, _) => return Err(bad(block, "magic does not match level")),
+            _ => return Err(bad(block, "bad magic")),
+        }
+        if usize::from(level) >= MAX_HEIGHT {
+            return Err(bad(block, "level too high"));
+        }
+        if let Some(want) = expected_level {
+            if level != want {
+                return Err(bad(block, &format!("level {level}, parent implies {want}")));
+            }
+        }
+        let slot = if level == 0 { LEAF_SLOT } else { INNER_SLOT };
+        let slots_end = NODE_HEADER + u64::from(count) * slot;
+        if slots_end > bs {
+            return Err(bad(block, "slot count overflows the block"));
+        }
+        if level == 0 {
+            let heap = u64::from(region.read_u32(off + H_HEAP));
+            if heap < slots_end || heap > bs {
+                return Err(bad(block, "heap overlaps slots"));
+            }
+        } else if count == 0 {
+            return Err(bad(block, "empty internal node"));
+        }
+        Ok(Node {
+            region,
+            block,
+            off,
+            bs,
+            level,
+            count,
+            birth,
+            layout: *layout,
+            backed_blocks,
+        })
+    }
+
+    #[inline]
+    pub fn is_leaf(&self) -> bool {
+        self.level == 0
+    }
+
+    #[inline]
+    fn slot_off(&self, i: u16) -> u64 {
+        let size = if self.is_leaf() {
+            LEAF_SLOT
+        } else {
+            INNER_SLOT
+        };
+        self.off + NODE_HEADER + u64::from(i) * size
+    }
+
+    /// Key of slot `i`.
+    #[inline]
+    pub fn key(&self, i: u16) -> Key {
+        let at = self.slot_off(i);
+        Key::new(self.region.read_u64(at), self.region.read_u64(at + 8))
+    }
+
+    /// Leaf: index of `key`, or where it would go.
+    pub fn search(&self, key: Key) -> std::result::Result<u16, u16> {
+        let (mut lo, mut hi) = (0u16, self.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key(mid).cmp(&key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    /// Internal: the slot whose subtree may hold `key` (last slot with key <= `key`, else 0).
+    pub fn route(&self, key: Key) -> u16 {
+        let (mut lo, mut hi) = (1u16, self.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.key(mid) <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo - 1
+    }
+
+    /// Internal: child block of slot `i` (validated by the `load` of the child).
+    #[inline]
+    pub fn child(&self, i: u16) -> u64 {
+        self.region.read_u64(self.slot_off(i) + 16)
+    }
+
+    /// Internal: byte offset of slot `i`'s child pointer (the publish point for that subtree).
+    pub fn child_word_off(&self, i: u16) -> u64 {
+        self.slot_off(i) + 16
+    }
+
+    /// Leaf: byte offset of slot `i`'s word and generation fields.
+    pub fn value_word_off(&self, i: u16) -> u64 {
+        self.slot_off(i) + 16
+    }
+
+    /// Leaf: where the value of slot `i` lives, checked against the node and the volume.
+    pub fn value(&self, i: u16) -> Result<Val<'_>> {
+        let at = self.slot_off(i);
+        let word = self.region.read_u64(at + 16);
+        let gen = self.region.read_u64(at + 24);
+        let len = self.region.read_u32(at + 32);
+        let flags = self.region.read_u32(at + 36);
+        if flags & FLAG_BLOCK != 0 {
+            if u64::from(len) > self.bs {
+                return Err(bad(self.block, "value longer than a block"));
+            }
+            if word < self.layout.data_start || word >= self.backed_blocks {
+                return Err(bad(self.block, "value block outside the volume"));
+            }
+            Ok(Val::Block {
+                block: word,
+                len,
+                gen,
+            })
+        } else {
+            let slots_end = NODE_HEADER + u64::from(self.count) * LEAF_SLOT;
+            let end = word.checked_add(u64::from(len));
+            if word < slots_end || end.is_none_or(|e| e > self.bs) {
+                return Err(bad(self.block, "inline value outside the heap"));
+            }
+            Ok(Val::Inline(
+                self.region.bytes(self.off + word, u64::from(len)),
+            ))
+        }
+    }
+
+    /// Check every slot's value bounds (before a leaf is copied, so corruption is not spread).
+    pub fn check_values(&self) -> Result<()> {
+        for i in 0..self.count {
+            self.value(i)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of the value `v` (inline bytes or the data block's prefix).
+    pub fn value_bytes<'a>(region: &'a Region, layout: &Layout, v: Val<'a>) -> &'a [u8] {
+        match v {
+            Val::Inline(b) => b,
+            Val::Block { block, len, .. } => region.bytes(layout.offset(block), u64::from(len)),
+        }
+    }
+
+    /// crc32c of the node, its checksum field read as zero.
+    pub fn compute_checksum(&self) -> u32 {
+        let b = self.region.bytes(self.off, self.bs);
+        let crc = crc32c::crc32c(&b[..H_CRC as usize]);
+        let crc = crc32c::crc32c_append(crc, &[0u8; 4]);
+        crc32c::crc32c_append(crc, &b[(H_CRC + 4) as usize..])
+    }
+
+    /// The stored checksum.
+    pub fn stored_checksum(&self) -> u32 {
+        self.region.read_u32(self.off + H_CRC)
+    }
+
+    /// Seal the node for commit.
+    pub fn write_checksum(&self) {
+        let crc = self.compute_checksum();
+        self.region.write_u32(self.off + H_CRC, crc);
+    }
+}
+
+/// Fills a freshly allocated block as a node. The block is unreachable until published.
+pub(crate) struct NodeBuilder {
+    region: Region,
+    off: u64,
+    level: u16,
+    count: u16,
+    heap: u64,
+}
+
+impl NodeBuilder {
+    /// Start a node of `level` in `block`, born in generation `birth`.
+    pub fn new(region: Region, layout: &Layout, block: u64, level: u16, birth: u64) -> Self {
+        let off = layout.offset(block);
+        let bs = layout.bs();
+        region.write_u32(
+            off + H_MAGIC,
+            if level == 0 { LEAF_MAGIC } else { INNER_MAGIC },
+        );
+        region.write_u16(off + H_LEVEL, level);
+        region.write_u16(off + H_COUNT, 0);
+        region.write_u64(off + H_BIRTH, birth);
+        region.write_u32(off + H_CRC, 0);
+        region.write_u32(off + H_HEAP, bs as u32);
+        region.write_u64(off + 24, 0);
+        NodeBuilder {
+            region,
+            off,
+            level,
+            count: 0,
+            heap: bs,
+        }
+    }
+
+    /// Append a leaf slot (keys must arrive in ascending order).
+    pub fn push_leaf(&mut self, key: Key, val: Val<'_>) {
+        debug_assert_eq!(self.level, 0);
+        let at = self.off + NODE_HEADER + u64::from(self.count) * LEAF_SLOT;
+        self.region.write_u64(at, key.hi);
+        self.region.write_u64(at + 8, key.lo);
+        match val {
+            Val::Inline(bytes) => {
+                self.heap -= bytes.len() as u64;
+                debug_assert!(self.heap >= at + LEAF_SLOT - self.off, "leaf overflow");
+                self.region.copy_in(self.off + self.heap, bytes);
+                self.region.write_u64(at + 16, self.heap);
+                self.region.write_u64(at + 24, 0);
+                self.region.write_u32(at + 32, bytes.len() as u32);
+                self.region.write_u32(at + 36, 0);
+            }
+            Val::Block { block, len, gen } => {
+                self.region.write_u64(at + 16, block);
+                self.region.write_u64(at + 24, gen);
+                self.region.write_u32(at + 32, len);
+                self.region.write_u32(at + 36, FLAG_BLOCK);
+            }
+        }
+        self.count += 1;
+    }
+
+    /// Append an internal slot.
+    pub fn push_child(&mut self, key: Key, child: u64) {
+        debug_assert!(self.level > 0);
+        let at = self.off + NODE_HEADER + u64::from(self.count) * INNER_SLOT;
+        self.region.write_u64(at, key.hi);
+        self.region.write_u64(at + 8, key.lo);
+        self.region.write_u64(at + 16, child);
+        self.count += 1;
+    }
+
+    /// Write count and heap start.
+    pub fn finish(self) -> u16 {
+        self.region.write_u16(self.off + H_COUNT, self.count);
+        self.region.write_u32(self.off + H_HEAP, self.heap as u32);
+        self.count
+    }
+}

@@ -1,0 +1,126 @@
+//! Raw access to the mapped volume. This is the one module of the store that dereferences
+//! pointers into the mapping; everything else asks it by byte offset.
+//!
+//! Invariant: `base` points at a live mapping of `len` bytes that outlives the `Region` (the store
+//! owns the media). Offsets passed here come from validated layout or node fields; a bad offset is a
+//! bug, and trips the bounds assertion instead of touching memory outside the mapping.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The mapped volume, addressed by byte offset.
+#[derive(Clone, Copy)]
+pub(crate) struct Region {
+    base: *mut u8,
+    len: u64,
+}
+
+// SAFETY: the mapping is shared memory meant for concurrent use; mutation is coordinated by the
+// volume lock (a process-shared mutex in the mapping) and by atomic publishes.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Wrap a mapping. Caller guarantees `base` is valid for `len` bytes for the Region's life.
+    pub(crate) fn new(base: *mut u8, len: u64) -> Self {
+        Region { base, len }
+    }
+
+    #[inline]
+    fn check(&self, off: u64, len: u64) {
+        assert!(
+            off.checked_add(len).is_some_and(|end| end <= self.len),
+            "volume access out of bounds: {off}+{len} > {}",
+            self.len
+        );
+    }
+
+    #[inline]
+    pub(crate) fn read_u64(&self, off: u64) -> u64 {
+        self.check(off, 8);
+        // SAFETY: bounds checked above; unaligned read of plain bytes.
+        unsafe { std::ptr::read_unaligned(self.base.add(off as usize) as *const u64) }
+    }
+
+    #[inline]
+    pub(crate) fn write_u64(&self, off: u64, v: u64) {
+        self.check(off, 8);
+        // SAFETY: bounds checked; the caller holds the volume lock or owns the block.
+        unsafe { std::ptr::write_unaligned(self.base.add(off as usize) as *mut u64, v) }
+    }
+
+    #[inline]
+    pub(crate) fn read_u32(&self, off: u64) -> u32 {
+        self.check(off, 4);
+        // SAFETY: bounds checked above.
+        unsafe { std::ptr::read_unaligned(self.base.add(off as usize) as *const u32) }
+    }
+
+    #[inline]
+    pub(crate) fn write_u32(&self, off: u64, v: u32) {
+        self.check(off, 4);
+        // SAFETY: bounds checked; the caller holds the volume lock or owns the block.
+        unsafe { std::ptr::write_unaligned(self.base.add(off as usize) as *mut u32, v) }
+    }
+
+    #[inline]
+    pub(crate) fn read_u16(&self, off: u64) -> u16 {
+        self.check(off, 2);
+        // SAFETY: bounds checked above.
+        unsafe { std::ptr::read_unaligned(self.base.add(off as usize) as *const u16) }
+    }
+
+    #[inline]
+    pub(crate) fn write_u16(&self, off: u64, v: u16) {
+        self.check(off, 2);
+        // SAFETY: bounds checked; the caller holds the volume lock or owns the block.
+        unsafe { std::ptr::write_unaligned(self.base.add(off as usize) as *mut u16, v) }
+    }
+
+    /// An 8-byte word used for publishing (roots, child pointers) and shared counters.
+    #[inline]
+    pub(crate) fn atomic_u64(&self, off: u64) -> &AtomicU64 {
+        self.check(off, 8);
+        assert_eq!(off % 8, 0, "atomic word not aligned");
+        // SAFETY: in bounds, 8-byte aligned (the mapping is page aligned), and AtomicU64 has the
+        // layout of u64; the memory lives as long as the Region.
+        unsafe { &*(self.base.add(off as usize) as *const AtomicU64) }
+    }
+
+    /// Publish `v` at `off` with one aligned 8-byte store (see DESIGN: publish by one atomic store).
+    #[inline]
+    pub(crate) fn publish_u64(&self, off: u64, v: u64) {
+        self.atomic_u64(off).store(v, Ordering::Release);
+    }
+
+    /// A view of `len` bytes at `off`. Valid while the caller holds the volume lock, which keeps
+    /// the block from being freed and rewritten.
+    #[inline]
+    pub(crate) fn bytes(&self, off: u64, len: u64) -> &[u8] {
+        self.check(off, len);
+        // SAFETY: in bounds; the volume lock excludes writers of this block while the view lives.
+        unsafe { std::slice::from_raw_parts(self.base.add(off as usize), len as usize) }
+    }
+
+    /// A mutable view of `len` bytes at `off`, for filling a block nothing else references yet.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn bytes_mut(&self, off: u64, len: u64) -> &mut [u8] {
+        self.check(off, len);
+        // SAFETY: in bounds; callers only take this for blocks they allocated and have not yet
+        // published (or header fields they own under the lock), so no other reference aliases it.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(off as usize), len as usize) }
+    }
+
+    #[inline]
+    pub(crate) fn copy_in(&self, off: u64, src: &[u8]) {
+        self.bytes_mut(off, src.len() as u64).copy_from_slice(src);
+    }
+
+    /// Raw pointer at `off` (for the process-shared mutex, which libc addresses by pointer).
+    pub(crate) fn ptr(&self, off: u64, len: u64) -> *mut u8 {
+        self.check(off, len);
+        // SAFETY: in bounds.
+        unsafe { self.base.add(off as usize) }
+    }
+}

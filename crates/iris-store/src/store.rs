@@ -1,0 +1,1000 @@
+//! The public store: open/create a volume, then get/put/delete/scan/batch under the volume lock,
+//! commit (explicit, grouped, or on a timer), snapshots, statistics and verification.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use iris_media::{LatencyModel, LockMode, MappedMedia, Media, MediaError};
+
+use crate::allocator::Allocator;
+use crate::commit::{self, VolumeFacts};
+use crate::error::{Result, StoreError};
+use crate::header::Header;
+use crate::key::Key;
+use crate::layout::{Layout, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use crate::node::{Node, Val};
+use crate::recovery::{self, Marks, Walk};
+use crate::region::Region;
+use crate::superblock::{SnapshotEntry, Superblock, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME, SUPER_BYTES};
+use crate::tree::{max_inline_for, Ctx, Txn};
+use crate::volume_lock::{self, Acquired};
+
+/// How to create a volume.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Block size in bytes: a power of two from 512 to 65536. Default 4096.
+    pub block_size: u32,
+    /// The most the volume may grow to (for a block device: ignored, its size rules).
+    pub size_limit_bytes: u64,
+    /// Bytes backed at creation (a growable file starts here and grows in steps).
+    pub initial_bytes: u64,
+    /// Largest value kept inside tree nodes; larger ones go to data blocks. Default: block / 4.
+    pub inline_max: Option<u32>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            block_size: 4096,
+            size_limit_bytes: 1 << 30,
+            initial_bytes: 16 << 20,
+            inline_max: None,
+        }
+    }
+}
+
+/// How to open a volume.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Override the boot id (tests simulate a reboot by changing it). Default: the kernel's.
+    pub boot_id: Option<u128>,
+    /// Commit on this interval from a background thread. `None`: only explicit commits.
+    pub commit_interval: Option<Duration>,
+}
+
+/// One operation of a batch.
+#[derive(Clone, Copy, Debug)]
+pub enum Op<'a> {
+    /// Insert or replace.
+    Put(Key, &'a [u8]),
+    /// Remove (absent keys are fine).
+    Delete(Key),
+}
+
+/// Counters and sizes, cheap to read (no tree walk).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// Block size in bytes.
+    pub block_size: u32,
+    /// Blocks the volume may grow to.
+    pub max_blocks: u64,
+    /// Blocks backed now.
+    pub backed_blocks: u64,
+    /// Blocks in use (metadata, tree, data, and blocks waiting for the next commit).
+    pub used_blocks: u64,
+    /// Blocks that can still be allocated (including by growing).
+    pub free_blocks: u64,
+    /// Blocks freed by the working tree, reusable after the next commit.
+    pub pending_free_blocks: u64,
+    /// Blocks kept only by snapshots.
+    pub snapshot_held_blocks: u64,
+    /// Generation of the last commit.
+    pub committed_generation: u64,
+    /// Commits made since the volume was last recovered.
+    pub commits: u64,
+    /// Bytes persisted by those commits.
+    pub bytes_persisted: u64,
+    /// Wall-clock time of the last commit, ns since the epoch.
+    pub last_commit_ns: u64,
+    /// Levels in the working tree (0 when empty).
+    pub tree_height: u32,
+    /// Whether uncommitted changes exist.
+    pub dirty: bool,
+}
+
+/// Shape of a tree, from a full walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeShape {
+    /// Levels (0 when empty).
+    pub height: u32,
+    /// Leaf nodes.
+    pub leaf_nodes: u64,
+    /// Internal nodes.
+    pub inner_nodes: u64,
+    /// Key/value entries.
+    pub entries: u64,
+    /// Out-of-line data blocks.
+    pub data_blocks: u64,
+}
+
+/// What `verify` found besides corruption (which is an error).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Blocks reachable from some root.
+    pub reachable_blocks: u64,
+    /// Blocks marked used that nothing reaches and no commit is waiting to free (leaks).
+    pub leaked_blocks: u64,
+}
+
+pub(crate) struct Inner {
+    media: Box<dyn Media>,
+    region: Region,
+    layout: Layout,
+    header: Header,
+    alloc: Allocator,
+    facts: VolumeFacts,
+    latency: LatencyModel,
+    failed: AtomicBool,
+}
+
+/// A volume opened as a key-value store. Cheap to share between threads (`&Store` is enough).
+pub struct Store {
+    inner: Arc<Inner>,
+    timer_stop: Arc<AtomicBool>,
+    timer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Holds the volume lock; releases it on drop.
+struct Guard<'a> {
+    inner: &'a Inner,
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        volume_lock::unlock(&self.inner.header);
+    }
+}
+
+impl Inner {
+    fn cx(&self) -> Ctx<'_> {
+        Ctx {
+            region: self.region,
+            layout: self.layout,
+            header: self.header,
+            alloc: self.alloc,
+            media: self.media.as_ref(),
+        }
+    }
+
+    fn lock(&self) -> Result<Guard<'_>> {
+        match volume_lock::lock(&self.header)? {
+            Acquired::Clean => Ok(Guard { inner: self }),
+            Acquired::OwnerDied => {
+                // The holder died mid-operation. The tree is consistent (publish by one store);
+                // finish a half-done commit and reclaim what the dead holder had allocated.
+                let cx = self.cx();
+                let repaired = commit::reconcile(&cx).and_then(|_| recovery::collect(&cx));
+                volume_lock::mark_consistent(&self.header);
+                let guard = Guard { inner: self };
+                repaired.map(|_| guard)
+            }
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.failed.load(Ordering::Relaxed) || self.header.failed() != 0 {
+            return Err(StoreError::Failed);
+        }
+        Ok(())
+    }
+
+    fn commit_locked(&self) -> Result<u64> {
+        let r = commit::commit(&self.cx(), &self.facts);
+        if let Err(StoreError::Media(_) | StoreError::Failed) = &r {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+/// The kernel's boot id, as a number.
+pub fn kernel_boot_id() -> u128 {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .and_then(|s| u128::from_str_radix(&s.trim().replace('-', ""), 16).ok())
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Create a volume file (or format a block device) at `path`. Refuses a non-empty regular
+    /// file: the caller decides whether overwriting is allowed and removes or truncates it first.
+    pub fn create(path: &Path, opts: &CreateOptions) -> Result<Store> {
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.is_file() && meta.len() > 0 {
+                return Err(StoreError::Invalid(format!(
+                    "{} exists and is not empty",
+                    path.display()
+                )));
+            }
+        }
+        let media = MappedMedia::open(
+            path,
+            true,
+            LockMode::Exclusive,
+            opts.size_limit_bytes,
+            opts.initial_bytes.min(opts.size_limit_bytes),
+        )?;
+        let store = Store::create_on(Box::new(media), opts, &OpenOptions::default())?;
+        store.inner.media.share()?;
+        Ok(store)
+    }
+
+    /// Open the volume at `path`. The first opener after a reboot rebuilds the working state from
+    /// the newest valid superblock; later openers join the running state.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store> {
+        let (block_size, max_blocks) = peek_geometry(path)?;
+        let map_len = max_blocks * u64::from(block_size);
+        match MappedMedia::open(path, false, LockMode::Exclusive, map_len, 0) {
+            Ok(media) => {
+                let store = Store::open_on(Box::new(media), opts)?;
+                store.inner.media.share()?;
+                Ok(store)
+            }
+            Err(MediaError::InUse { .. }) => {
+                // Others have it open (shared), or someone is recovering it: join as shared,
+                // waiting a little for a recovering opener to finish.
+                let deadline = Instant::now() + Duration::from_secs(3);
+                loop {
+                    match MappedMedia::open(path, false, LockMode::Shared, map_len, 0) {
+                        Ok(media) => return Store::open_on(Box::new(media), opts),
+                        Err(MediaError::InUse { .. }) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Format `media` as an empty volume.
+    pub fn create_on(
+        media: Box<dyn Media>,
+        opts: &CreateOptions,
+        open: &OpenOptions,
+    ) -> Result<Store> {
+        let bs = opts.block_size;
+        let max_blocks = media.mapped_len() / u64::from(bs.max(1));
+        let layout = Layout::new(bs, max_blocks)?;
+        let inline_max = opts.inline_max.unwrap_or(bs / 4);
+        if u64::from(inline_max) > max_inline_for(u64::from(bs)) {
+            return Err(StoreError::Invalid(format!(
+                "inline limit {inline_max} exceeds a quarter block"
+            )));
+        }
+        let backed_blocks = (opts.initial_bytes / u64::from(bs))
+            .max(layout.data_start + 64)
+            .min(max_blocks);
+        media.grow(layout.offset(backed_blocks))?;
+        let region = Region::new(media.base(), media.mapped_len());
+        let header = Header::new(region, &layout);
+        let alloc = Allocator::new(region, layout, header);
+        region
+            .bytes_mut(layout.header_off, crate::layout::HEADER_BYTES)
+            .fill(0);
+        volume_lock::init(&header)?;
+        alloc.reset();
+        let volume_id = commit::now_ns() ^ (u64::from(std::process::id()) << 32);
+        header.set_backed_blocks(backed_blocks);
+        header.set_volume_id(volume_id);
+        header.set_committed_gen(1);
+        header.set_working_gen(2);
+        header.set_committed_slot(0);
+        for (slot, generation) in [(1u64, 0u64), (0, 1)] {
+            let sb = Superblock {
+                block_size: bs,
+                generation,
+                max_blocks,
+                backed_blocks,
+                root: 0,
+                volume_id,
+                commit_time_ns: commit::now_ns(),
+                inline_max,
+                snapshots: Vec::new(),
+            };
+            region.copy_in(layout.offset(slot), &sb.encode());
+            media.persist(layout.offset(slot), SUPER_BYTES as u64)?;
+        }
+        header.stamp(open.boot_id.unwrap_or_else(kernel_boot_id));
+        Ok(Store::assemble(
+            media, layout, header, alloc, volume_id, inline_max, open,
+        ))
+    }
+
+    /// Open a volume on `media`, recovering from the superblocks if the working header is not
+    /// from this boot.
+    pub fn open_on(media: Box<dyn Media>, opts: &OpenOptions) -> Result<Store> {
+        let region = Region::new(media.base(), media.mapped_len());
+        let backed = media.backed_len();
+        let sb = read_superblocks_raw(&region, backed)?;
+        let layout = Layout::new(sb.block_size, sb.max_blocks)?;
+        if media.mapped_len() < layout.offset(sb.max_blocks) {
+            return Err(StoreError::corrupt(format!(
+                "volume is {} bytes but its superblock says {}",
+                media.mapped_len(),
+                layout.offset(sb.max_blocks)
+            )));
+        }
+        if backed < layout.offset(layout.data_start) {
+            return Err(StoreError::corrupt(
+                "volume is truncated (metadata missing)",
+            ));
+        }
+        let header = Header::new(region, &layout);
+        let alloc = Allocator::new(region, layout, header);
+        let boot_id = opts.boot_id.unwrap_or_else(kernel_boot_id);
+        let trusted = header.is_valid_for_boot(boot_id)
+            && header.volume_id() == sb.volume_id
+            && header.backed_blocks() <= layout.max_blocks
+            && header.committed_gen() >= sb.generation;
+        if trusted {
+            if header.backed_blocks() > backed / layout.bs() {
+                media.grow(layout.offset(header.backed_blocks()))?;
+            }
+        } else {
+            recover(media.as_ref(), region, layout, header, alloc, &sb, boot_id)?;
+        }
+        let inline_max = sb.inline_max;
+        Ok(Store::assemble(
+            media,
+            layout,
+            header,
+            alloc,
+            sb.volume_id,
+            inline_max,
+            opts,
+        ))
+    }
+
+    fn assemble(
+        media: Box<dyn Media>,
+        layout: Layout,
+        header: Header,
+        alloc: Allocator,
+        volume_id: u64,
+        inline_max: u32,
+        opts: &OpenOptions,
+    ) -> Store {
+        let latency = media.latency();
+        let region = Region::new(media.base(), media.mapped_len());
+        let inner = Arc::new(Inner {
+            media,
+            region,
+            layout,
+            header,
+            alloc,
+            facts: VolumeFacts {
+                volume_id,
+                inline_max,
+            },
+            latency,
+            failed: AtomicBool::new(false),
+        });
+        let mut store = Store {
+            inner,
+            timer_stop: Arc::new(AtomicBool::new(false)),
+            timer: None,
+        };
+        if let Some(every) = opts.commit_interval {
+            store.start_commit_timer(every);
+        }
+        store
+    }
+
+    /// Commit every `interval` from a background thread while there are changes.
+    pub fn start_commit_timer(&mut self, interval: Duration) {
+        if self.timer.is_some() {
+            return;
+        }
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let stop = self.timer_stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("iris-commit".into())
+            .spawn(move || commit_timer(weak, stop, interval));
+        self.timer = handle.ok();
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.inner.layout.block_size
+    }
+
+    /// Largest value stored inline in nodes.
+    pub fn inline_max(&self) -> u32 {
+        self.inner.facts.inline_max
+    }
+
+    /// The volume's id (stable across opens; a file layer can use it as st_dev).
+    pub fn volume_id(&self) -> u64 {
+        self.inner.facts.volume_id
+    }
+
+    /// Copy the value of `key` into `buf` (as much as fits); returns the value's full length.
+    pub fn get(&self, key: Key, buf: &mut [u8]) -> Result<Option<usize>> {
+        self.get_with(key, |v| {
+            let n = v.len().min(buf.len());
+            buf[..n].copy_from_slice(&v[..n]);
+            v.len()
+        })
+    }
+
+    /// Call `f` with the value of `key` in place (no copy), under the volume lock.
+    pub fn get_with<R>(&self, key: Key, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let inner = &*self.inner;
+        let _g = inner.lock()?;
+        let cx = inner.cx();
+        match cx.lookup(inner.header.working_root(), key)? {
+            None => Ok(None),
+            Some(v) => {
+                if let Val::Block { .. } = v {
+                    inner.latency.on_read(1);
+                }
+                Ok(Some(f(Node::value_bytes(&inner.region, &inner.layout, v))))
+            }
+        }
+    }
+
+    /// Insert or replace `key` with `value` (at most one block).
+    pub fn put(&self, key: Key, value: &[u8]) -> Result<()> {
+        self.put_with(key, value.len(), |_, out| out.copy_from_slice(value))
+    }
+
+    /// Insert or replace `key` with a value of `len` bytes that `fill` writes, given the old value
+    /// (for read-modify-write of part of a block without a second lookup or copy).
+    pub fn put_with(
+        &self,
+        key: Key,
+        len: usize,
+        fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
+    ) -> Result<()> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        if len > inner.layout.block_size as usize {
+            return Err(StoreError::Invalid(format!(
+                "value of {len} bytes exceeds the block size"
+            )));
+        }
+        let mut fill = Some(fill);
+        for attempt in 0..2 {
+            let g = inner.lock()?;
+            let cx = inner.cx();
+            let mut txn = Txn::begin(cx, false);
+            let r = (|| {
+                let old = cx.lookup(inner.header.working_root(), key)?;
+                let old_bytes = old.map(|v| Node::value_bytes(&inner.region, &inner.layout, v));
+                let f = fill
+                    .take()
+                    .ok_or(StoreError::Invalid("retry without filler".into()))?;
+                if len <= inner.facts.inline_max as usize {
+                    let mut tmp = [0u8; MAX_BLOCK_SIZE as usize / 4];
+                    f(old_bytes, &mut tmp[..len]);
+                    txn.put(key, Val::Inline(&tmp[..len]))
+                } else {
+                    let (block, gen) = match txn.alloc_data() {
+                        Ok(b) => b,
+                        Err(e) => {
+                            fill = Some(f);
+                            return Err(e);
+                        }
+                    };
+                    let out = inner
+                        .region
+                        .bytes_mut(inner.layout.offset(block), len as u64);
+                    f(old_bytes, out);
+                    inner.latency.on_write(1);
+                    txn.put(
+                        key,
+                        Val::Block {
+                            block,
+                            len: len as u32,
+                            gen,
+                        },
+                    )
+                }
+            })();
+            match r {
+                Ok(()) => {
+                    txn.commit_publish();
+                    return Ok(());
+                }
+                Err(StoreError::NoSpace)
+                    if attempt == 0 && inner.header.pending_blocks() > 0 && fill.is_some() =>
+                {
+                    // Blocks freed since the last commit come back once it is durable.
+                    txn.abort();
+                    inner.commit_locked()?;
+                    drop(g);
+                }
+                Err(e) => {
+                    txn.abort();
+                    return Err(e);
+                }
+            }
+        }
+        Err(StoreError::NoSpace)
+    }
+
+    /// Remove `key`; returns whether it existed.
+    pub fn delete(&self, key: Key) -> Result<bool> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let _g = inner.lock()?;
+        let mut txn = Txn::begin(inner.cx(), false);
+        match txn.delete(key) {
+            Ok(found) => {
+                txn.commit_publish();
+                Ok(found)
+            }
+            Err(e) => {
+                txn.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Apply `ops` atomically: after any crash, all of them or none are present.
+    pub fn apply(&self, ops: &[Op<'_>]) -> Result<()> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        for op in ops {
+            if let Op::Put(_, v) = op {
+                if v.len() > inner.layout.block_size as usize {
+                    return Err(StoreError::Invalid("value exceeds the block size".into()));
+                }
+            }
+        }
+        let _g = inner.lock()?;
+        let mut txn = Txn::begin(inner.cx(), true);
+        let r = (|| {
+            for op in ops {
+                match *op {
+                    Op::Put(k, v) if v.len() <= inner.facts.inline_max as usize => {
+                        txn.put(k, Val::Inline(v))?
+                    }
+                    Op::Put(k, v) => {
+                        let (block, gen) = txn.alloc_data()?;
+                        inner.region.copy_in(inner.layout.offset(block), v);
+                        inner.latency.on_write(1);
+                        txn.put(
+                            k,
+                            Val::Block {
+                                block,
+                                len: v.len() as u32,
+                                gen,
+                            },
+                        )?
+                    }
+                    Op::Delete(k) => {
+                        txn.delete(k)?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                txn.commit_publish();
+                Ok(())
+            }
+            Err(e) => {
+                txn.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Visit keys in `[start, end)` in ascending order until `f` returns false.
+    pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
+        let inner = &*self.inner;
+        let _g = inner.lock()?;
+        inner
+            .cx()
+            .scan(inner.header.working_root(), start, end, &mut f)
+            .map(|_| ())
+    }
+
+    /// Up to `limit` entries of `[start, end)`, ascending, copied out.
+    pub fn range(&self, start: Key, end: Key, limit: usize) -> Result<Vec<(Key, Vec<u8>)>> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.scan(start, end, |k, v| {
+            out.push((k, v.to_vec()));
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    /// Make every completed update durable. Concurrent callers share one commit (group commit).
+    /// Returns the committed generation.
+    pub fn commit(&self) -> Result<u64> {
+        let inner = &*self.inner;
+        let target = inner.header.working_gen();
+        let _g = inner.lock()?;
+        if inner.header.committed_gen() >= target {
+            // Someone committed our changes while we waited for the lock.
+            return Ok(inner.header.committed_gen());
+        }
+        inner.commit_locked()
+    }
+
+    /// Snapshot the state after committing everything done so far.
+    pub fn snapshot_create(&self, name: &str) -> Result<()> {
+        if name.is_empty() || name.len() > MAX_SNAPSHOT_NAME || name.contains('\0') {
+            return Err(StoreError::Invalid(format!(
+                "snapshot name must be 1 to {MAX_SNAPSHOT_NAME} bytes without NUL"
+            )));
+        }
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let _g = inner.lock()?;
+        let mut table = inner.header.snapshots();
+        if table.iter().any(|s| s.name == name) {
+            return Err(StoreError::SnapshotTable(name.into(), "exists already"));
+        }
+        if table.len() >= MAX_SNAPSHOTS {
+            return Err(StoreError::SnapshotTable(
+                name.into(),
+                "snapshot table is full",
+            ));
+        }
+        inner.commit_locked()?;
+        table.push(SnapshotEntry {
+            name: name.to_string(),
+            root: inner.header.committed_root(),
+            generation: inner.header.committed_gen(),
+            time_ns: commit::now_ns(),
+        });
+        inner.header.set_snapshots(&table);
+        inner.header.set_dirty(1);
+        inner.commit_locked()?;
+        Ok(())
+    }
+
+    /// The snapshot table.
+    pub fn snapshot_list(&self) -> Result<Vec<SnapshotEntry>> {
+        let _g = self.inner.lock()?;
+        Ok(self.inner.header.snapshots())
+    }
+
+    /// Delete a snapshot and reclaim the space only it held.
+    pub fn snapshot_delete(&self, name: &str) -> Result<()> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let _g = inner.lock()?;
+        let mut table = inner.header.snapshots();
+        let before = table.len();
+        table.retain(|s| s.name != name);
+        if table.len() == before {
+            return Err(StoreError::NoSnapshot(name.into()));
+        }
+        inner.header.set_snapshots(&table);
+        inner.header.set_dirty(1);
+        inner.commit_locked()?;
+        recovery::collect(&inner.cx())?;
+        Ok(())
+    }
+
+    /// Roll the volume back to a snapshot: its state becomes the working and committed state.
+    pub fn snapshot_rollback(&self, name: &str) -> Result<()> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let _g = inner.lock()?;
+        let snap = inner
+            .header
+            .snapshots()
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| StoreError::NoSnapshot(name.into()))?;
+        inner
+            .region
+            .publish_u64(inner.header.working_root_off(), snap.root);
+        inner.header.set_dirty(1);
+        inner.commit_locked()?;
+        recovery::collect(&inner.cx())?;
+        Ok(())
+    }
+
+    /// A read-only view of a snapshot.
+    pub fn snapshot(&self, name: &str) -> Result<SnapshotView<'_>> {
+        let _g = self.inner.lock()?;
+        if !self.inner.header.snapshots().iter().any(|s| s.name == name) {
+            return Err(StoreError::NoSnapshot(name.into()));
+        }
+        Ok(SnapshotView {
+            store: self,
+            name: name.to_string(),
+        })
+    }
+
+    /// Counters, without walking the tree.
+    pub fn stats(&self) -> Result<Stats> {
+        let inner = &*self.inner;
+        let h = inner.header;
+        let root = h.working_root();
+        let _g = inner.lock()?;
+        let tree_height = if root == 0 {
+            0
+        } else {
+            u32::from(inner.cx().load(h.working_root(), None)?.level) + 1
+        };
+        let used = h.used_blocks();
+        Ok(Stats {
+            block_size: inner.layout.block_size,
+            max_blocks: inner.layout.max_blocks,
+            backed_blocks: h.backed_blocks(),
+            used_blocks: used,
+            free_blocks: inner.layout.max_blocks.saturating_sub(used),
+            pending_free_blocks: h.pending_blocks(),
+            snapshot_held_blocks: h.snapshot_held(),
+            committed_generation: h.committed_gen(),
+            commits: h.commits(),
+            bytes_persisted: h.bytes_persisted(),
+            last_commit_ns: h.last_commit_ns(),
+            tree_height,
+            dirty: h.dirty() != 0,
+        })
+    }
+
+    /// Walk the working tree and count its nodes and entries.
+    pub fn shape(&self) -> Result<TreeShape> {
+        let inner = &*self.inner;
+        let _g = inner.lock()?;
+        let mut marks = Marks::new(inner.layout.max_blocks);
+        let s = recovery::mark_tree(
+            &inner.cx(),
+            inner.header.working_root(),
+            &mut marks,
+            Walk::Mark,
+            inner.header.committed_gen(),
+        )?;
+        Ok(TreeShape {
+            height: s.height,
+            leaf_nodes: s.leaf_nodes,
+            inner_nodes: s.inner_nodes,
+            entries: s.entries,
+            data_blocks: s.data_blocks,
+        })
+    }
+
+    /// Check everything: superblocks, every tree (checksums of committed nodes, key order, bounds,
+    /// no block used twice in one tree), and block accounting against the allocator.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let inner = &*self.inner;
+        let _g = inner.lock()?;
+        let cx = inner.cx();
+        let h = inner.header;
+        commit::read_superblocks(&cx)?;
+        let committed = h.committed_gen();
+        let mut marks = Marks::new(inner.layout.max_blocks);
+        let mut roots = vec![h.working_root(), h.committed_root()];
+        roots.extend(h.snapshots().iter().map(|s| s.root));
+        for root in roots {
+            recovery::mark_tree(&cx, root, &mut marks, Walk::Verify, committed)?;
+        }
+        let mut leaked = 0;
+        for b in inner.layout.data_start..inner.layout.max_blocks {
+            let used = inner.alloc.is_used(b);
+            if marks.get(b) && !used {
+                return Err(StoreError::corrupt(format!(
+                    "block {b} is in use but marked free"
+                )));
+            }
+            if used && !marks.get(b) && !inner.alloc.is_pending(b) {
+                leaked += 1;
+            }
+        }
+        Ok(VerifyReport {
+            reachable_blocks: marks.count(),
+            leaked_blocks: leaked,
+        })
+    }
+
+    /// Reclaim blocks nothing reaches (after a crashed writer). Returns blocks freed.
+    pub fn collect_garbage(&self) -> Result<u64> {
+        let _g = self.inner.lock()?;
+        recovery::collect(&self.inner.cx())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.timer_stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.timer.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        // A clean close commits; failures here were already reported to writers.
+        if self.inner.check_writable().is_ok() && self.inner.header.dirty() != 0 {
+            let _ = self.commit();
+        }
+    }
+}
+
+fn commit_timer(weak: Weak<Inner>, stop: Arc<AtomicBool>, interval: Duration) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::park_timeout(interval);
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.header.dirty() != 0 && inner.check_writable().is_ok() {
+            if let Ok(_g) = inner.lock() {
+                let _ = inner.commit_locked();
+            }
+        }
+    }
+}
+
+/// A read-only view of a snapshot; each call checks the snapshot still exists.
+pub struct SnapshotView<'a> {
+    store: &'a Store,
+    name: String,
+}
+
+impl SnapshotView<'_> {
+    fn root(&self) -> Result<u64> {
+        self.store
+            .inner
+            .header
+            .snapshots()
+            .into_iter()
+            .find(|s| s.name == self.name)
+            .map(|s| s.root)
+            .ok_or_else(|| StoreError::NoSnapshot(self.name.clone()))
+    }
+
+    /// Copy the value of `key` as it was in the snapshot.
+    pub fn get(&self, key: Key) -> Result<Option<Vec<u8>>> {
+        let inner = &*self.store.inner;
+        let _g = inner.lock()?;
+        let root = self.root()?;
+        Ok(inner
+            .cx()
+            .lookup(root, key)?
+            .map(|v| Node::value_bytes(&inner.region, &inner.layout, v).to_vec()))
+    }
+
+    /// Up to `limit` entries of `[start, end)` as they were in the snapshot.
+    pub fn range(&self, start: Key, end: Key, limit: usize) -> Result<Vec<(Key, Vec<u8>)>> {
+        let inner = &*self.store.inner;
+        let _g = inner.lock()?;
+        let root = self.root()?;
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        inner.cx().scan(root, start, end, &mut |k, v| {
+            out.push((k, v.to_vec()));
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+}
+
+/// Rebuild the working state from the newest superblock (first open after a reboot or power
+/// loss). Verifies every committed node on the way.
+fn recover(
+    media: &dyn Media,
+    region: Region,
+    layout: Layout,
+    header: Header,
+    alloc: Allocator,
+    sb: &Superblock,
+    boot_id: u128,
+) -> Result<()> {
+    if sb.backed_blocks > media.backed_len() / layout.bs() {
+        media.grow(layout.offset(sb.backed_blocks))?;
+    }
+    header.clear_magic();
+    region
+        .bytes_mut(layout.header_off, crate::layout::HEADER_BYTES)
+        .fill(0);
+    volume_lock::init(&header)?;
+    header.set_backed_blocks(sb.backed_blocks);
+    alloc.reset();
+    let slot = {
+        let a = Superblock::decode(region.bytes(0, SUPER_BYTES as u64), "A");
+        u64::from(!matches!(a, Ok(ref a) if a.generation == sb.generation))
+    };
+    header.set_committed_slot(slot);
+    header.set_committed_gen(sb.generation);
+    header.set_committed_root(sb.root);
+    header.set_working_gen(sb.generation + 1);
+    header.set_working_root(sb.root);
+    header.set_snapshots(&sb.snapshots);
+    header.set_volume_id(sb.volume_id);
+    header.set_last_commit_ns(sb.commit_time_ns);
+    let cx = Ctx {
+        region,
+        layout,
+        header,
+        alloc,
+        media,
+    };
+    let mut marks = Marks::new(layout.max_blocks);
+    recovery::mark_tree(&cx, sb.root, &mut marks, Walk::MarkVerified, sb.generation)?;
+    let live = marks.count();
+    for s in &sb.snapshots {
+        recovery::mark_tree(&cx, s.root, &mut marks, Walk::MarkVerified, sb.generation)?;
+    }
+    header.set_snapshot_held(marks.count() - live);
+    alloc.mark_used(marks.words());
+    header.set_used_blocks(alloc.count_used());
+    header.stamp(boot_id);
+    Ok(())
+}
+
+/// Decode the superblocks from a mapped region, finding B at every legal block size if A is bad.
+fn read_superblocks_raw(region: &Region, backed: u64) -> Result<Superblock> {
+    let read = |off: u64, which: &str| -> Result<Superblock> {
+        if off + SUPER_BYTES as u64 > backed {
+            return Err(StoreError::corrupt(format!(
+                "superblock {which}: volume truncated"
+            )));
+        }
+        Superblock::decode(region.bytes(off, SUPER_BYTES as u64), which)
+    };
+    let a = read(0, "A");
+    let b_at = |bs: u32| read(u64::from(bs), "B");
+    let b = match &a {
+        Ok(a) => b_at(a.block_size).and_then(|b| {
+            if b.block_size == a.block_size && b.max_blocks == a.max_blocks {
+                Ok(b)
+            } else {
+                Err(StoreError::corrupt(
+                    "superblock B disagrees with A on geometry",
+                ))
+            }
+        }),
+        Err(_) => {
+            let mut found = Err(StoreError::corrupt("superblock B: not found"));
+            let mut bs = MIN_BLOCK_SIZE;
+            while bs <= MAX_BLOCK_SIZE {
+                if let Ok(b) = b_at(bs) {
+                    if b.block_size == bs {
+                        found = Ok(b);
+                        break;
+                    }
+                }
+                bs *= 2;
+            }
+            found
+        }
+    };
+    crate::superblock::choose(a, b).map(|(_, sb)| sb)
+}
+
+/// Read a volume file's geometry (block size, size limit) before mapping it.
+fn peek_geometry(path: &Path) -> Result<(u32, u64)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|source| MediaError::Io {
+        op: "open",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut head = vec![0u8; 2 * MAX_BLOCK_SIZE as usize];
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(MediaError::Io {
+                    op: "read",
+                    path: path.to_path_buf(),
+                    source,
+                }
+                .into())
+            }
+        }
+    }
+    let region = Region::new(head.as_mut_ptr(), head.len() as u64);
+    let sb = read_superblocks_raw(&region, n as u64)?;
+    Ok((sb.block_size, sb.max_blocks))
+}

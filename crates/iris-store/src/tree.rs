@@ -1,0 +1,471 @@
+//! The copy-on-write tree: lookups, range scans, and updates made inside a [`Txn`].
+//!
+//! Update rule (publish by one atomic store): a change is prepared in blocks nothing references
+//! (fresh blocks of this transaction), then made visible by one aligned 8-byte store: a child
+//! pointer in a node that is already private to the working tree (born in the working generation),
+//! or the working-root word in the header. A batch publishes only at the root, so it is all or
+//! nothing. Nodes reachable from the last commit are never written. Replaced blocks are released
+//! after the publish: freed at once when no commit references them, else freed by the next commit
+//! (or kept while a snapshot needs them).
+
+use iris_media::Media;
+
+use crate::allocator::Allocator;
+use crate::error::{Result, StoreError};
+use crate::header::Header;
+use crate::key::Key;
+use crate::layout::Layout;
+use crate::node::{Node, NodeBuilder, Val, INNER_SLOT, LEAF_SLOT, MAX_HEIGHT, NODE_HEADER};
+use crate::region::Region;
+
+/// Everything a tree operation needs, borrowed from the store. Valid under the volume lock.
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    pub region: Region,
+    pub layout: Layout,
+    pub header: Header,
+    pub alloc: Allocator,
+    pub media: &'a dyn Media,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn load(&self, block: u64, level: Option<u16>) -> Result<Node> {
+        Node::load(
+            self.region,
+            &self.layout,
+            self.header.backed_blocks(),
+            block,
+            level,
+        )
+    }
+
+    /// Find `key` under `root`; the value's bytes are valid while the lock is held.
+    pub fn lookup(&self, root: u64, key: Key) -> Result<Option<Val<'a>>> {
+        if root == 0 {
+            return Ok(None);
+        }
+        let mut node = self.load(root, None)?;
+        while !node.is_leaf() {
+            let i = node.route(key);
+            node = self.load(node.child(i), Some(node.level - 1))?;
+        }
+        match node.search(key) {
+            Ok(i) => {
+                // The value borrows the mapping, not the node view.
+                let v = node.value(i)?;
+                Ok(Some(extend(v)))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Visit keys in `[start, end)` ascending until `f` returns false. Returns whether the scan
+    /// reached the end of the range.
+    pub fn scan(
+        &self,
+        root: u64,
+        start: Key,
+        end: Key,
+        f: &mut dyn FnMut(Key, &[u8]) -> bool,
+    ) -> Result<bool> {
+        if root == 0 || start >= end {
+            return Ok(true);
+        }
+        let node = self.load(root, None)?;
+        self.scan_node(node, start, end, f)
+    }
+
+    fn scan_node(
+        &self,
+        node: Node,
+        start: Key,
+        end: Key,
+        f: &mut dyn FnMut(Key, &[u8]) -> bool,
+    ) -> Result<bool> {
+        if node.is_leaf() {
+            let first = match node.search(start) {
+                Ok(i) | Err(i) => i,
+            };
+            for i in first..node.count {
+                let k = node.key(i);
+                if k >= end {
+                    return Ok(false);
+                }
+                let v = node.value(i)?;
+                if !f(k, Node::value_bytes(&self.region, &self.layout, v)) {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
+        let first = node.route(start);
+        for i in first..node.count {
+            if i > first && node.key(i) >= end {
+                return Ok(false);
+            }
+            let child = self.load(node.child(i), Some(node.level - 1))?;
+            if !self.scan_node(child, start, end, f)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Extend a value view from the node's borrow to the mapping's: both live as long as the lock.
+fn extend<'a>(v: Val<'_>) -> Val<'a> {
+    match v {
+        // SAFETY: the slice points into the mapping (Region::bytes), which outlives every Ctx; the
+        // lifetime was only tied to the Node view, a copy of (base, offset) data.
+        Val::Inline(b) => Val::Inline(unsafe { std::slice::from_raw_parts(b.as_ptr(), b.len()) }),
+        Val::Block { block, len, gen } => Val::Block { block, len, gen },
+    }
+}
+
+/// The internal nodes on the way to a leaf, with the slot taken in each.
+type Path = [(Node, u16); MAX_HEIGHT];
+
+/// New children that replace one child slot: none (it emptied), one, or two (it split).
+type Children = ([(Key, u64); 2], usize);
+
+/// One atomic update of the working tree (a single operation or a batch).
+pub(crate) struct Txn<'a> {
+    cx: Ctx<'a>,
+    wgen: u64,
+    root: u64,
+    publish_at_root: bool,
+    fresh: Vec<u64>,
+    released: Vec<(u64, u64)>,
+}
+
+impl<'a> Txn<'a> {
+    /// Begin; `batch` defers publication to [`Txn::commit_publish`] at the root.
+    pub fn begin(cx: Ctx<'a>, batch: bool) -> Self {
+        Txn {
+            cx,
+            wgen: cx.header.working_gen(),
+            root: cx.header.working_root(),
+            publish_at_root: batch,
+            fresh: Vec::new(),
+            released: Vec::new(),
+        }
+    }
+
+    fn is_fresh(&self, b: u64) -> bool {
+        self.fresh.contains(&b)
+    }
+
+    /// A node may be changed in place by an 8-byte store if nothing committed reaches it and, in a
+    /// batch, nothing published does.
+    fn writable_in_place(&self, node: &Node) -> bool {
+        self.is_fresh(node.block) || (!self.publish_at_root && node.birth == self.wgen)
+    }
+
+    fn alloc(&mut self) -> Result<u64> {
+        let b = self.cx.alloc.alloc(self.cx.media)?;
+        self.fresh.push(b);
+        Ok(b)
+    }
+
+    /// Allocate a data block for an out-of-line value; the caller fills it before `put`.
+    pub fn alloc_data(&mut self) -> Result<(u64, u64)> {
+        let b = self.alloc()?;
+        Ok((b, self.wgen))
+    }
+
+    fn release(&mut self, block: u64, birth: u64) {
+        self.released.push((block, birth));
+    }
+
+    fn release_value(&mut self, v: Val<'_>) {
+        if let Val::Block { block, gen, .. } = v {
+            self.release(block, gen);
+        }
+    }
+
+    /// Insert or replace `key`.
+    pub fn put(&mut self, key: Key, val: Val<'_>) -> Result<()> {
+        if self.root == 0 {
+            let b = self.alloc()?;
+            let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
+            nb.push_leaf(key, val);
+            nb.finish();
+            return self.set_root(([(key, b), (Key::MIN, 0)], 1));
+        }
+        let (path, depth, leaf) = self.descend(key)?;
+        leaf.check_values()?;
+        match leaf.search(key) {
+            Ok(i) => {
+                let old = extend(leaf.value(i)?);
+                if let (Val::Block { len: old_len, .. }, Val::Block { block, len, gen }) =
+                    (old, val)
+                {
+                    if old_len == len && self.writable_in_place(&leaf) {
+                        // Publish the new data block with one store; the generation word
+                        // follows (a stale one only delays the old block's reuse).
+                        let at = leaf.value_word_off(i);
+                        self.cx.region.publish_u64(at, block);
+                        self.cx.region.write_u64(at + 8, gen);
+                        self.release_value(old);
+                        return Ok(());
+                    }
+                }
+                let n = leaf.count;
+                let children = self.build_leaves(n, |j| {
+                    if j == i {
+                        (key, val)
+                    } else {
+                        (leaf.key(j), leaf_val(&leaf, j))
+                    }
+                })?;
+                self.release_value(old);
+                self.release(leaf.block, leaf.birth);
+                self.propagate(&path, depth, children)
+            }
+            Err(pos) => {
+                let n = leaf.count + 1;
+                let children = self.build_leaves(n, |j| {
+                    if j < pos {
+                        (leaf.key(j), leaf_val(&leaf, j))
+                    } else if j == pos {
+                        (key, val)
+                    } else {
+                        (leaf.key(j - 1), leaf_val(&leaf, j - 1))
+                    }
+                })?;
+                self.release(leaf.block, leaf.birth);
+                self.propagate(&path, depth, children)
+            }
+        }
+    }
+
+    /// Remove `key`; returns whether it was there.
+    pub fn delete(&mut self, key: Key) -> Result<bool> {
+        if self.root == 0 {
+            return Ok(false);
+        }
+        let (path, depth, leaf) = self.descend(key)?;
+        let Ok(i) = leaf.search(key) else {
+            return Ok(false);
+        };
+        leaf.check_values()?;
+        let old = extend(leaf.value(i)?);
+        let children = if leaf.count == 1 {
+            ([(Key::MIN, 0); 2], 0)
+        } else {
+            self.build_leaves(leaf.count - 1, |j| {
+                let s = if j < i { j } else { j + 1 };
+                (leaf.key(s), leaf_val(&leaf, s))
+            })?
+        };
+        self.release_value(old);
+        self.release(leaf.block, leaf.birth);
+        self.propagate(&path, depth, children)?;
+        Ok(true)
+    }
+
+    /// Walk from the root to the leaf for `key`, recording (node, slot) on the way.
+    fn descend(&self, key: Key) -> Result<(Path, usize, Node)> {
+        let mut node = self.cx.load(self.root, None)?;
+        let mut path = [(node, 0u16); MAX_HEIGHT];
+        let mut depth = 0;
+        while !node.is_leaf() {
+            let i = node.route(key);
+            path[depth] = (node, i);
+            depth += 1;
+            node = self.cx.load(node.child(i), Some(node.level - 1))?;
+        }
+        Ok((path, depth, node))
+    }
+
+    /// Write `n` leaf entries into one new leaf, or two if they do not fit in one.
+    fn build_leaves<'v>(
+        &mut self,
+        n: u16,
+        entry: impl Fn(u16) -> (Key, Val<'v>),
+    ) -> Result<Children> {
+        let bs = self.cx.layout.bs();
+        let size = |range: std::ops::Range<u16>| -> u64 {
+            NODE_HEADER
+                + range
+                    .map(|j| LEAF_SLOT + entry(j).1.heap_bytes())
+                    .sum::<u64>()
+        };
+        let total = size(0..n);
+        let split = if total <= bs {
+            n
+        } else {
+            // Smallest prefix holding at least half the bytes; both halves then fit because a
+            // single entry is at most a quarter block.
+            let mut acc = NODE_HEADER;
+            let mut at = 0;
+            while at < n && acc < total / 2 {
+                acc += LEAF_SLOT + entry(at).1.heap_bytes();
+                at += 1;
+            }
+            at.clamp(1, n - 1)
+        };
+        let mut out: Children = ([(Key::MIN, 0); 2], 0);
+        for range in [0..split, split..n] {
+            if range.is_empty() {
+                continue;
+            }
+            debug_assert!(size(range.clone()) <= bs, "leaf half does not fit");
+            let b = self.alloc()?;
+            let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
+            let first = entry(range.start).0;
+            for j in range {
+                let (k, v) = entry(j);
+                nb.push_leaf(k, v);
+            }
+            nb.finish();
+            out.0[out.1] = (first, b);
+            out.1 += 1;
+        }
+        Ok(out)
+    }
+
+    /// Write `n` internal entries into one or two new nodes of `level`.
+    fn build_inners(
+        &mut self,
+        level: u16,
+        n: u16,
+        entry: impl Fn(u16) -> (Key, u64),
+    ) -> Result<Children> {
+        let cap = ((self.cx.layout.bs() - NODE_HEADER) / INNER_SLOT) as u16;
+        let split = if n <= cap { n } else { n / 2 };
+        let mut out: Children = ([(Key::MIN, 0); 2], 0);
+        for range in [0..split, split..n] {
+            if range.is_empty() {
+                continue;
+            }
+            let b = self.alloc()?;
+            let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, level, self.wgen);
+            let first = entry(range.start).0;
+            for j in range {
+                let (k, c) = entry(j);
+                nb.push_child(k, c);
+            }
+            nb.finish();
+            out.0[out.1] = (first, b);
+            out.1 += 1;
+        }
+        Ok(out)
+    }
+
+    /// Replace the child at each level of `path` bottom-up until one store publishes the change.
+    fn propagate(&mut self, path: &Path, depth: usize, mut children: Children) -> Result<()> {
+        for d in (0..depth).rev() {
+            let (parent, idx) = path[d];
+            if children.1 == 1 && self.writable_in_place(&parent) {
+                self.cx
+                    .region
+                    .publish_u64(parent.child_word_off(idx), children.0[0].1);
+                return Ok(());
+            }
+            let (kids, k) = children;
+            let n = parent.count - 1 + k as u16;
+            if n == 0 {
+                children = ([(Key::MIN, 0); 2], 0);
+            } else {
+                children = self.build_inners(parent.level, n, |j| {
+                    if j < idx {
+                        (parent.key(j), parent.child(j))
+                    } else if j < idx + k as u16 {
+                        let r = (j - idx) as usize;
+                        // The first replacement keeps the old separator (a valid lower bound).
+                        let key = if r == 0 { parent.key(idx) } else { kids[r].0 };
+                        (key, kids[r].1)
+                    } else {
+                        let s = j + 1 - k as u16;
+                        (parent.key(s), parent.child(s))
+                    }
+                })?;
+            }
+            self.release(parent.block, parent.birth);
+        }
+        self.set_root(children)
+    }
+
+    /// Install new top-level children as the root (growing or shrinking the tree).
+    fn set_root(&mut self, children: Children) -> Result<()> {
+        let mut root = match children.1 {
+            0 => 0,
+            1 => children.0[0].1,
+            _ => {
+                let level = self.cx.load(children.0[0].1, None)?.level + 1;
+                let b = self.alloc()?;
+                let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, level, self.wgen);
+                nb.push_child(children.0[0].0, children.0[0].1);
+                nb.push_child(children.0[1].0, children.0[1].1);
+                nb.finish();
+                b
+            }
+        };
+        // An internal root with one child is replaced by the child.
+        while root != 0 {
+            let node = self.cx.load(root, None)?;
+            if node.is_leaf() || node.count > 1 {
+                break;
+            }
+            self.release(node.block, node.birth);
+            root = node.child(0);
+        }
+        self.root = root;
+        if !self.publish_at_root {
+            self.cx
+                .region
+                .publish_u64(self.cx.header.working_root_off(), root);
+        }
+        Ok(())
+    }
+
+    /// Publish a batch's root (no-op for single operations, already published), then release.
+    pub fn commit_publish(mut self) {
+        if self.publish_at_root {
+            self.cx
+                .region
+                .publish_u64(self.cx.header.working_root_off(), self.root);
+        }
+        self.cx.header.set_dirty(1);
+        let newest_snapshot = self.cx.header.newest_snapshot_generation();
+        let released = std::mem::take(&mut self.released);
+        for (block, birth) in released {
+            if self.is_fresh(block) || birth == self.wgen {
+                self.cx.alloc.free_now(block);
+            } else if newest_snapshot.is_some_and(|s| s >= birth) {
+                // A snapshot still reaches it; deleting the snapshot reclaims it.
+                let held = self.cx.header.snapshot_held();
+                self.cx.header.set_snapshot_held(held + 1);
+            } else {
+                self.cx.alloc.defer_free(block);
+            }
+        }
+        self.fresh.clear();
+    }
+
+    /// Undo an unpublished transaction: free what it allocated. Only valid when nothing was
+    /// published (batches, or a single operation that failed before its publish).
+    pub fn abort(mut self) {
+        for b in std::mem::take(&mut self.fresh) {
+            self.cx.alloc.free_now(b);
+        }
+    }
+}
+
+/// The value of leaf slot `j`; callers ran `check_values` on the leaf first, so the fallback (an
+/// empty value instead of out-of-bounds memory) is never taken.
+fn leaf_val<'a>(leaf: &'a Node, j: u16) -> Val<'a> {
+    leaf.value(j).unwrap_or(Val::Inline(&[]))
+}
+
+/// Whether an inline value of `len` bytes fits the leaf format (callers pick out-of-line above).
+pub(crate) fn max_inline_for(block_size: u64) -> u64 {
+    block_size / 4
+}
+
+impl From<StoreError> for std::io::Error {
+    fn from(e: StoreError) -> Self {
+        std::io::Error::from_raw_os_error(e.errno())
+    }
+}

@@ -1,0 +1,423 @@
+//! Behaviour of the store API on simulated and real volumes.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use iris_store::{CreateOptions, Key, Op, OpenOptions, Store, StoreError};
+
+#[test]
+fn put_get_delete_with_inline_and_block_values() {
+    let (_sim, s) = sim_store(4 << 20, 4096);
+    s.put(k(1), b"small").expect("put");
+    let big = value(2, 0, 4096);
+    s.put(k(2), &big).expect("put big");
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(s.get(k(1), &mut buf).expect("get"), Some(5));
+    assert_eq!(&buf[..5], b"small");
+    assert_eq!(s.get(k(2), &mut buf).expect("get"), Some(4096));
+    assert_eq!(buf, big);
+    assert_eq!(s.get(k(3), &mut buf).expect("get"), None);
+    assert!(s.delete(k(1)).expect("delete"));
+    assert!(!s.delete(k(1)).expect("delete again"));
+    assert_eq!(s.get(k(1), &mut buf).expect("get"), None);
+    // Zero-length values are values.
+    s.put(k(4), b"").expect("put empty");
+    assert_eq!(s.get(k(4), &mut buf).expect("get"), Some(0));
+}
+
+#[test]
+fn value_larger_than_a_block_is_refused() {
+    let (_sim, s) = sim_store(4 << 20, 4096);
+    let err = s.put(k(1), &vec![0u8; 4097]).expect_err("too large");
+    assert!(matches!(err, StoreError::Invalid(_)));
+    assert_eq!(err.errno(), libc::EINVAL);
+}
+
+#[test]
+fn many_keys_split_and_merge_against_a_model() {
+    for bs in [512u32, 4096] {
+        let (_sim, s) = sim_store(32 << 20, bs);
+        let mut model = BTreeMap::new();
+        for i in 0..5000u64 {
+            let key = (i * 7919) % 5003;
+            let len = (i as usize * 37) % (bs as usize / 2);
+            let v = value(key, i, len);
+            s.put(k(key), &v).expect("put");
+            model.insert(k(key), v);
+            if i % 3 == 0 {
+                let d = (i * 104_729) % 5003;
+                assert_eq!(
+                    s.delete(k(d)).expect("delete"),
+                    model.remove(&k(d)).is_some()
+                );
+            }
+            if i % 1000 == 0 {
+                s.commit().expect("commit");
+            }
+        }
+        let got: BTreeMap<_, _> = dump(&s).into_iter().collect();
+        assert_eq!(got, model, "block size {bs}");
+        let shape = s.shape().expect("shape");
+        assert_eq!(shape.entries, model.len() as u64);
+        assert!(shape.height >= 2, "5000 keys need more than one level");
+        let report = s.verify().expect("verify");
+        assert_eq!(report.leaked_blocks, 0);
+        // Delete everything: the tree empties and every block comes back after a commit.
+        for key in model.keys() {
+            assert!(s.delete(*key).expect("delete"));
+        }
+        assert_eq!(s.shape().expect("shape").entries, 0);
+        s.commit().expect("commit");
+        s.commit()
+            .expect("second commit frees what the first still held");
+        let st = s.stats().expect("stats");
+        assert_eq!(st.tree_height, 0);
+        assert_eq!(st.pending_free_blocks, 0);
+        assert_eq!(s.verify().expect("verify").reachable_blocks, 0);
+    }
+}
+
+#[test]
+fn range_scan_is_ordered_and_bounded() {
+    let (_sim, s) = sim_store(8 << 20, 512);
+    for i in (0..1000u64).rev() {
+        s.put(Key::new(5, i * 2), &i.to_le_bytes()).expect("put");
+    }
+    s.put(Key::new(4, 0), b"before").expect("put");
+    s.put(Key::new(6, 0), b"after").expect("put");
+    let r = s
+        .range(Key::new(5, 100), Key::new(5, 200), usize::MAX)
+        .expect("range");
+    let keys: Vec<u64> = r.iter().map(|(k, _)| k.lo).collect();
+    assert_eq!(keys, (50..100).map(|i| i * 2).collect::<Vec<_>>());
+    let limited = s.range(Key::new(5, 0), Key::new(6, 0), 10).expect("range");
+    assert_eq!(limited.len(), 10);
+    assert_eq!(limited[9].0, Key::new(5, 18));
+    assert!(s
+        .range(Key::new(7, 0), Key::MAX, 10)
+        .expect("range")
+        .is_empty());
+    assert!(s
+        .range(Key::new(5, 10), Key::new(5, 10), 10)
+        .expect("range")
+        .is_empty());
+}
+
+#[test]
+fn batch_applies_all_operations() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    s.put(k(1), b"one").expect("put");
+    let big = value(9, 9, 3000);
+    let ops: Vec<Op> = vec![
+        Op::Put(k(2), b"two"),
+        Op::Delete(k(1)),
+        Op::Put(k(3), &big),
+        Op::Put(k(2), b"two again"),
+        Op::Delete(k(404)),
+    ];
+    s.apply(&ops).expect("batch");
+    let got = dump(&s);
+    assert_eq!(
+        got,
+        vec![(k(2), b"two again".to_vec()), (k(3), big.clone())]
+    );
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
+fn committed_state_survives_power_loss_and_uncommitted_does_not() {
+    let (sim, s) = sim_store(4 << 20, 4096);
+    s.put(k(1), &value(1, 1, 4000)).expect("put");
+    s.put(k(2), b"committed").expect("put");
+    s.commit().expect("commit");
+    s.put(k(2), b"not committed").expect("put");
+    s.put(k(3), &value(3, 1, 4000)).expect("put");
+    let mut rng = rand::rngs::mock::StepRng::new(0, 0);
+    let image = sim.crash_image(&mut rng, 0.0);
+    drop(s);
+    let (_sim2, s2) = reopen_image(&image, 2);
+    let s2 = s2.expect("reopen");
+    assert_eq!(
+        dump(&s2),
+        vec![(k(1), value(1, 1, 4000)), (k(2), b"committed".to_vec())]
+    );
+    assert_eq!(s2.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
+fn same_boot_reopen_keeps_uncommitted_work() {
+    // A killed process loses nothing it completed: the working tree lives in the mapping.
+    let (sim, s) = sim_store(4 << 20, 4096);
+    s.put(k(1), b"done before the kill").expect("put");
+    std::mem::forget(s); // no drop, no commit: as if killed
+    let s2 = Store::open_on(Box::new(sim.clone()), &boot(1)).expect("reopen");
+    let mut buf = [0u8; 64];
+    assert_eq!(s2.get(k(1), &mut buf).expect("get"), Some(20));
+}
+
+#[test]
+fn group_commit_skips_when_nothing_changed() {
+    let (sim, s) = sim_store(4 << 20, 4096);
+    s.put(k(1), b"x").expect("put");
+    let g1 = s.commit().expect("commit");
+    let persists = sim.persist_count();
+    let g2 = s.commit().expect("commit");
+    assert_eq!(g1, g2);
+    assert_eq!(
+        sim.persist_count(),
+        persists,
+        "an empty commit persists nothing"
+    );
+}
+
+#[test]
+fn failed_persist_refuses_writes_and_reports_no_commit() {
+    let (sim, s) = sim_store(4 << 20, 4096);
+    s.put(k(1), b"a").expect("put");
+    s.commit().expect("commit");
+    s.put(k(1), b"b").expect("put");
+    sim.lose_power();
+    let err = s.commit().expect_err("commit must fail");
+    assert_eq!(err.errno(), libc::EIO);
+    assert!(matches!(s.put(k(2), b"c"), Err(StoreError::Failed)));
+    assert_eq!(s.stats().expect("stats").commits, 1);
+}
+
+#[test]
+fn out_of_space_is_reported_and_volume_stays_consistent() {
+    let (_sim, s) = sim_store(1 << 20, 4096);
+    let mut written = 0u64;
+    let err = loop {
+        match s.put(k(written), &value(written, 0, 4096)) {
+            Ok(()) => written += 1,
+            Err(e) => break e,
+        }
+        assert!(written < 1000, "a 1 MiB volume cannot hold 1000 blocks");
+    };
+    assert!(matches!(err, StoreError::NoSpace), "{err}");
+    assert_eq!(err.errno(), libc::ENOSPC);
+    assert!(written > 100);
+    assert_eq!(dump(&s).len() as u64, written);
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+    // Space comes back: delete half, commit, and writes succeed again.
+    for i in 0..written / 2 {
+        s.delete(k(i)).expect("delete");
+    }
+    s.commit().expect("commit");
+    s.put(k(0), &value(0, 1, 4096)).expect("put after freeing");
+}
+
+#[test]
+fn overwrites_between_commits_reuse_space() {
+    let (_sim, s) = sim_store(2 << 20, 4096);
+    // 10x the volume's size in overwrites of one key, no commit: uncommitted blocks are reused.
+    for i in 0..5000u64 {
+        s.put(k(1), &value(1, i, 4096)).expect("overwrite");
+    }
+    let st = s.stats().expect("stats");
+    assert!(st.used_blocks < 60, "used {} blocks", st.used_blocks);
+}
+
+#[test]
+fn snapshots_keep_old_state_and_roll_back() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    for i in 0..200 {
+        s.put(k(i), &value(i, 0, 4096)).expect("put");
+    }
+    s.snapshot_create("before").expect("snapshot");
+    assert!(matches!(
+        s.snapshot_create("before"),
+        Err(StoreError::SnapshotTable(..))
+    ));
+    assert!(s.snapshot_create("").is_err());
+    assert!(s.snapshot_create(&"x".repeat(25)).is_err());
+    for i in 0..200 {
+        s.put(k(i), &value(i, 1, 4096)).expect("overwrite");
+    }
+    s.commit().expect("commit");
+    s.commit().expect("commit");
+    let st = s.stats().expect("stats");
+    assert!(
+        st.snapshot_held_blocks >= 200,
+        "held {}",
+        st.snapshot_held_blocks
+    );
+    let view = s.snapshot("before").expect("view");
+    assert_eq!(view.get(k(5)).expect("get"), Some(value(5, 0, 4096)));
+    assert_eq!(
+        view.range(Key::MIN, Key::MAX, usize::MAX)
+            .expect("range")
+            .len(),
+        200
+    );
+    let list = s.snapshot_list().expect("list");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].name, "before");
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+
+    s.snapshot_rollback("before").expect("rollback");
+    assert_eq!(s.range(k(5), k(6), 1).expect("get")[0].1, value(5, 0, 4096));
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+
+    s.snapshot_delete("before").expect("delete");
+    assert!(matches!(
+        s.snapshot("before"),
+        Err(StoreError::NoSnapshot(_))
+    ));
+    assert!(matches!(
+        s.snapshot_delete("before"),
+        Err(StoreError::NoSnapshot(_))
+    ));
+    assert_eq!(s.stats().expect("stats").snapshot_held_blocks, 0);
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
+fn snapshots_survive_power_loss() {
+    let (sim, s) = sim_store(8 << 20, 4096);
+    s.put(k(1), b"old").expect("put");
+    s.snapshot_create("s1").expect("snapshot");
+    s.put(k(1), b"new").expect("put");
+    s.commit().expect("commit");
+    let mut rng = rand::rngs::mock::StepRng::new(0, 0);
+    let image = sim.crash_image(&mut rng, 0.0);
+    drop(s);
+    let (_sim2, s2) = reopen_image(&image, 2);
+    let s2 = s2.expect("reopen");
+    assert_eq!(
+        s2.snapshot("s1").expect("view").get(k(1)).expect("get"),
+        Some(b"old".to_vec())
+    );
+    assert_eq!(dump(&s2), vec![(k(1), b"new".to_vec())]);
+    assert_eq!(s2.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
+fn file_volume_grows_and_reopens() {
+    let dir = tempdir();
+    let path = dir.join("grow.vol");
+    let opts = CreateOptions {
+        block_size: 4096,
+        size_limit_bytes: 256 << 20,
+        initial_bytes: 1 << 20,
+        inline_max: None,
+    };
+    {
+        let s = Store::create(&path, &opts).expect("create");
+        for i in 0..8000u64 {
+            s.put(k(i), &value(i, 0, 4096)).expect("put");
+        }
+        s.commit().expect("commit");
+        assert!(s.stats().expect("stats").backed_blocks > 8000);
+    }
+    assert!(std::fs::metadata(&path).expect("meta").len() > 8000 * 4096);
+    let s = Store::open(
+        &path,
+        &OpenOptions {
+            boot_id: Some(77),
+            commit_interval: None,
+        },
+    )
+    .expect("open");
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(s.get(k(7777), &mut buf).expect("get"), Some(4096));
+    assert_eq!(buf, value(7777, 0, 4096));
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+    drop(s);
+    // Creating over a non-empty file is refused.
+    assert!(Store::create(&path, &opts).is_err());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn size_limit_is_enforced_for_file_volumes() {
+    let dir = tempdir();
+    let path = dir.join("limit.vol");
+    let opts = CreateOptions {
+        block_size: 4096,
+        size_limit_bytes: 2 << 20,
+        initial_bytes: 1 << 20,
+        inline_max: None,
+    };
+    let s = Store::create(&path, &opts).expect("create");
+    let mut i = 0;
+    let err = loop {
+        if let Err(e) = s.put(k(i), &value(i, 0, 4096)) {
+            break e;
+        }
+        i += 1;
+    };
+    assert!(matches!(err, StoreError::NoSpace), "{err}");
+    assert!(std::fs::metadata(&path).expect("meta").len() <= 2 << 20);
+    drop(s);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn not_a_volume_is_a_clear_error() {
+    let dir = tempdir();
+    let path = dir.join("junk");
+    std::fs::write(&path, vec![0x41u8; 100_000]).expect("write");
+    let err = Store::open(&path, &OpenOptions::default())
+        .err()
+        .expect("must fail");
+    assert!(err.to_string().contains("bad magic"), "{err}");
+    let err = Store::open(&dir.join("missing"), &OpenOptions::default())
+        .err()
+        .expect("must fail");
+    assert_eq!(err.errno(), libc::ENOENT);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn commit_timer_commits_in_the_background() {
+    let (_sim, mut s) = sim_store(4 << 20, 4096);
+    s.start_commit_timer(std::time::Duration::from_millis(10));
+    s.put(k(1), b"x").expect("put");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.stats().expect("stats").dirty {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timer never committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(s.stats().expect("stats").commits >= 1);
+}
+
+#[test]
+fn threads_share_a_store() {
+    let (_sim, s) = sim_store(64 << 20, 4096);
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let s = &s;
+            scope.spawn(move || {
+                for i in 0..2000u64 {
+                    let key = t * 100_000 + i;
+                    s.put(k(key), &value(key, 0, 512 + (i as usize % 3000)))
+                        .expect("put");
+                    if i % 500 == 0 {
+                        s.commit().expect("commit");
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(dump(&s).len(), 8000);
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let base = std::env::temp_dir().join(format!(
+        "iris-store-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&base).expect("tempdir");
+    base
+}
