@@ -1,0 +1,91 @@
+//! Drives a volume from a separate process, for the multi-process and kill -9 tests:
+//!
+//! - `writer VOLUME PREFIX COMMIT_EVERY`: put keys (PREFIX, 0..) forever, committing every
+//!   COMMIT_EVERY puts and printing `acked N` once puts 0..=N are committed.
+//! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
+//!   wait for a line on stdin, then count the keys of prefix OTHER it sees and print `saw N`.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use iris_store::{Key, OpenOptions, Store};
+
+fn value(prefix: u64, i: u64) -> Vec<u8> {
+    let len = 100 + (i as usize * 131) % 3996;
+    (0..len)
+        .map(|j| (prefix as usize * 7 + i as usize + j) as u8)
+        .collect()
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("iris-store-worker: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn arg(args: &[String], i: usize) -> Result<&str, String> {
+    args.get(i)
+        .map(String::as_str)
+        .ok_or_else(|| "missing argument".to_string())
+}
+
+fn num(args: &[String], i: usize) -> Result<u64, String> {
+    arg(args, i)?
+        .parse()
+        .map_err(|e| format!("argument {i}: {e}"))
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = arg(&args, 1)?;
+    let store = Store::open(Path::new(arg(&args, 2)?), &OpenOptions::default())
+        .map_err(|e| e.to_string())?;
+    let prefix = num(&args, 3)?;
+    let mut out = std::io::stdout();
+    match mode {
+        "writer" => {
+            let every = num(&args, 4)?.max(1);
+            let mut i = 0u64;
+            loop {
+                store
+                    .put(Key::new(prefix, i), &value(prefix, i))
+                    .map_err(|e| e.to_string())?;
+                if (i + 1) % every == 0 {
+                    store.commit().map_err(|e| e.to_string())?;
+                    writeln!(out, "acked {i}").map_err(|e| e.to_string())?;
+                    out.flush().map_err(|e| e.to_string())?;
+                }
+                i += 1;
+            }
+        }
+        "fill" => {
+            let count = num(&args, 4)?;
+            let other = num(&args, 5)?;
+            for i in 0..count {
+                store
+                    .put(Key::new(prefix, i), &value(prefix, i))
+                    .map_err(|e| e.to_string())?;
+            }
+            writeln!(out, "done").map_err(|e| e.to_string())?;
+            out.flush().map_err(|e| e.to_string())?;
+            let mut line = String::new();
+            std::io::stdin()
+                .lock()
+                .read_line(&mut line)
+                .map_err(|e| e.to_string())?;
+            let mut seen = 0u64;
+            for i in 0..count {
+                let ok = store
+                    .get_with(Key::new(other, i), |v| v == value(other, i).as_slice())
+                    .map_err(|e| e.to_string())?;
+                if ok == Some(true) {
+                    seen += 1;
+                }
+            }
+            writeln!(out, "saw {seen}").map_err(|e| e.to_string())?;
+            Ok(())
+        }
+        other => Err(format!("unknown mode {other}")),
+    }
+}
