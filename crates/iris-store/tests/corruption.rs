@@ -11,7 +11,9 @@ use common::*;
 use iris_store::{Key, Store};
 
 /// A committed volume image with two generations: `old` committed first, then `new`.
-fn image() -> (Vec<u8>, Vec<(Key, Vec<u8>)>, Vec<(Key, Vec<u8>)>, u32) {
+type Entries = Vec<(Key, Vec<u8>)>;
+
+fn image() -> (Vec<u8>, Entries, Entries, u32) {
     let bs = 512u32;
     let (sim, s) = sim_store(1 << 20, bs);
     for i in 0..150u64 {
@@ -36,7 +38,7 @@ fn image() -> (Vec<u8>, Vec<(Key, Vec<u8>)>, Vec<(Key, Vec<u8>)>, u32) {
 }
 
 /// Open and read everything; returns the contents if every step succeeded.
-fn try_all(img: &[u8]) -> Option<Vec<(Key, Vec<u8>)>> {
+fn try_all(img: &[u8]) -> Option<Entries> {
     let (_sim, s) = reopen_image(img, 99);
     let s: Store = s.ok()?;
     let all = s.range(Key::MIN, Key::MAX, usize::MAX).ok()?;

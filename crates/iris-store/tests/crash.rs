@@ -139,7 +139,7 @@ fn check(
 
 fn one_crash_point(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let bs: u32 = if seed % 2 == 0 { 512 } else { 4096 };
+    let bs: u32 = if seed.is_multiple_of(2) { 512 } else { 4096 };
     let size: u64 = if bs == 512 { 1 << 20 } else { 4 << 20 };
     let sim = Arc::new(SimMedia::new(size));
     // Start small so the volume grows during the run.

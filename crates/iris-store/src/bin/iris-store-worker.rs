@@ -51,7 +51,7 @@ fn run() -> Result<(), String> {
                 store
                     .put(Key::new(prefix, i), &value(prefix, i))
                     .map_err(|e| e.to_string())?;
-                if (i + 1) % every == 0 {
+                if (i + 1).is_multiple_of(every) {
                     store.commit().map_err(|e| e.to_string())?;
                     writeln!(out, "acked {i}").map_err(|e| e.to_string())?;
                     out.flush().map_err(|e| e.to_string())?;
