@@ -586,6 +586,37 @@ impl Store {
         }
     }
 
+    /// Run `f` as one atomic transaction: its reads see its own writes, other processes see all
+    /// of its writes or none, and so does the volume after any crash. `f` may run twice: once more
+    /// after a commit frees space, if the first run ran out of it.
+    pub fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_, '_>) -> Result<R>) -> Result<R> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        for attempt in 0..2 {
+            let g = inner.lock()?;
+            let mut tx = Tx {
+                inner,
+                txn: Txn::begin(inner.cx(), true),
+            };
+            match f(&mut tx) {
+                Ok(r) => {
+                    tx.txn.commit_publish();
+                    return Ok(r);
+                }
+                Err(StoreError::NoSpace) if attempt == 0 && inner.header.pending_blocks() > 0 => {
+                    tx.txn.abort();
+                    inner.commit_locked()?;
+                    drop(g);
+                }
+                Err(e) => {
+                    tx.txn.abort();
+                    return Err(e);
+                }
+            }
+        }
+        Err(StoreError::NoSpace)
+    }
+
     /// Visit keys in `[start, end)` in ascending order until `f` returns false.
     pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
         let inner = &*self.inner;
@@ -827,6 +858,83 @@ fn commit_timer(weak: Weak<Inner>, stop: Arc<AtomicBool>, interval: Duration) {
                 let _ = inner.commit_locked();
             }
         }
+    }
+}
+
+/// An open transaction (see [`Store::transact`]). Holds the volume lock.
+pub struct Tx<'s, 'c> {
+    inner: &'s Inner,
+    txn: Txn<'c>,
+}
+
+impl Tx<'_, '_> {
+    /// Call `f` with the value of `key` as this transaction sees it.
+    pub fn get_with<R>(&self, key: Key, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let cx = self.txn.cx();
+        Ok(cx
+            .lookup(self.txn.root(), key)?
+            .map(|v| f(Node::value_bytes(&self.inner.region, &self.inner.layout, v))))
+    }
+
+    /// Copy of the value of `key`.
+    pub fn get(&self, key: Key) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, |v| v.to_vec())
+    }
+
+    /// Insert or replace.
+    pub fn put(&mut self, key: Key, value: &[u8]) -> Result<()> {
+        self.put_with(key, value.len(), |_, out| out.copy_from_slice(value))
+    }
+
+    /// Insert or replace with a value of `len` bytes written by `fill`, given the old value.
+    pub fn put_with(
+        &mut self,
+        key: Key,
+        len: usize,
+        fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
+    ) -> Result<()> {
+        let inner = self.inner;
+        if len > inner.layout.block_size as usize {
+            return Err(StoreError::Invalid(format!(
+                "value of {len} bytes exceeds the block size"
+            )));
+        }
+        let cx = *self.txn.cx();
+        let old = cx.lookup(self.txn.root(), key)?;
+        let old_bytes = old.map(|v| Node::value_bytes(&inner.region, &inner.layout, v));
+        if len <= inner.facts.inline_max as usize {
+            let mut tmp = [0u8; MAX_BLOCK_SIZE as usize / 4];
+            fill(old_bytes, &mut tmp[..len]);
+            self.txn.put(key, Val::Inline(&tmp[..len]))
+        } else {
+            let (block, gen) = self.txn.alloc_data()?;
+            fill(
+                old_bytes,
+                inner.region.bytes_mut(inner.layout.offset(block), len as u64),
+            );
+            inner.latency.on_write(1);
+            self.txn.put(
+                key,
+                Val::Block {
+                    block,
+                    len: len as u32,
+                    gen,
+                },
+            )
+        }
+    }
+
+    /// Remove; returns whether it existed.
+    pub fn delete(&mut self, key: Key) -> Result<bool> {
+        self.txn.delete(key)
+    }
+
+    /// Visit `[start, end)` ascending as this transaction sees it, until `f` returns false.
+    pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
+        self.txn
+            .cx()
+            .scan(self.txn.root(), start, end, &mut f)
+            .map(|_| ())
     }
 }
 

@@ -151,6 +151,16 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Root of the tree as this transaction sees it (its own changes included).
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// The context this transaction runs in.
+    pub fn cx(&self) -> &Ctx<'a> {
+        &self.cx
+    }
+
     fn is_fresh(&self, b: u64) -> bool {
         self.fresh.contains(&b)
     }

@@ -421,3 +421,37 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&base).expect("tempdir");
     base
 }
+
+#[test]
+fn transaction_reads_its_writes_and_is_all_or_nothing() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    s.put(k(1), b"one").expect("put");
+    let n = s
+        .transact(|tx| {
+            tx.put(k(2), &value(2, 0, 4096))?;
+            tx.put_with(k(1), 6, |old, out| {
+                out[..3].copy_from_slice(old.unwrap_or(b"???"));
+                out[3..].copy_from_slice(b"+++");
+            })?;
+            assert_eq!(tx.get(k(1))?, Some(b"one+++".to_vec()));
+            assert!(tx.delete(k(2))?);
+            let mut count = 0;
+            tx.scan(Key::MIN, Key::MAX, |_, _| {
+                count += 1;
+                true
+            })?;
+            Ok(count)
+        })
+        .expect("transaction");
+    assert_eq!(n, 1);
+    assert_eq!(dump(&s), vec![(k(1), b"one+++".to_vec())]);
+    // A failing transaction leaves nothing behind.
+    let r: iris_store::Result<()> = s.transact(|tx| {
+        tx.put(k(3), &value(3, 0, 4096))?;
+        tx.delete(k(1))?;
+        Err(StoreError::Invalid("stop".into()))
+    });
+    assert!(r.is_err());
+    assert_eq!(dump(&s), vec![(k(1), b"one+++".to_vec())]);
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
