@@ -25,6 +25,6 @@ pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
     kernel_boot_id, CreateOptions, Op, OpenOptions, SnapshotView, Stats, Store, TreeShape, Tx,
-    VerifyReport,
+    VerifyReport, View,
 };
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

@@ -617,6 +617,17 @@ impl Store {
         Err(StoreError::NoSpace)
     }
 
+    /// Run `f` with a consistent read-only view: several lookups under one lock hold.
+    pub fn read<R>(&self, f: impl FnOnce(&View<'_>) -> Result<R>) -> Result<R> {
+        let inner = &*self.inner;
+        let _g = inner.lock()?;
+        let view = View {
+            inner,
+            root: inner.header.working_root(),
+        };
+        f(&view)
+    }
+
     /// Visit keys in `[start, end)` in ascending order until `f` returns false.
     pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
         let inner = &*self.inner;
@@ -861,6 +872,36 @@ fn commit_timer(weak: Weak<Inner>, stop: Arc<AtomicBool>, interval: Duration) {
     }
 }
 
+/// A consistent read-only view of the working tree (see [`Store::read`]). Holds the lock.
+pub struct View<'s> {
+    inner: &'s Inner,
+    root: u64,
+}
+
+impl View<'_> {
+    /// Call `f` with the value of `key` in place.
+    pub fn get_with<R>(&self, key: Key, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let inner = self.inner;
+        match inner.cx().lookup(self.root, key)? {
+            None => Ok(None),
+            Some(v) => {
+                if let Val::Block { .. } = v {
+                    inner.latency.on_read(1);
+                }
+                Ok(Some(f(Node::value_bytes(&inner.region, &inner.layout, v))))
+            }
+        }
+    }
+
+    /// Visit `[start, end)` ascending until `f` returns false.
+    pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
+        self.inner
+            .cx()
+            .scan(self.root, start, end, &mut f)
+            .map(|_| ())
+    }
+}
+
 /// An open transaction (see [`Store::transact`]). Holds the volume lock.
 pub struct Tx<'s, 'c> {
     inner: &'s Inner,
@@ -910,7 +951,9 @@ impl Tx<'_, '_> {
             let (block, gen) = self.txn.alloc_data()?;
             fill(
                 old_bytes,
-                inner.region.bytes_mut(inner.layout.offset(block), len as u64),
+                inner
+                    .region
+                    .bytes_mut(inner.layout.offset(block), len as u64),
             );
             inner.latency.on_write(1);
             self.txn.put(

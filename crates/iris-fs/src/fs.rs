@@ -1,0 +1,1416 @@
+//! POSIX operations on the store. Every operation that changes more than one record runs as one
+//! store transaction, so it is atomic against other processes, a killed process and power loss
+//! (a rename, a multi-block write, a truncate). A one-block write is two single-record updates,
+//! data first, then the inode's size and times: a crash in between leaves the old size, so the
+//! write is absent, never torn.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use iris_store::{CreateOptions, Key, OpenOptions, Store, Tx, View};
+
+use crate::cred::{Cred, W_OK, X_OK};
+use crate::dirent::{self, DirEntry};
+use crate::errno::{Errno, FsResult};
+use crate::inode::{now_ns, Inode, INODE_BYTES};
+use crate::keys::{key, name_hash, offset_of, Kind, MAX_OFFSET};
+
+/// Inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+/// Longest name in a directory.
+pub const NAME_MAX: usize = 255;
+/// Longest path.
+pub const PATH_MAX: usize = 4096;
+/// Symlinks followed in one resolution before ELOOP.
+pub const SYMLOOP_MAX: u32 = 40;
+const FS_MAGIC: u64 = u64::from_le_bytes(*b"IRISFS01");
+
+/// File-system statistics (statfs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// Block size.
+    pub block_size: u64,
+    /// Total blocks the volume may hold.
+    pub blocks: u64,
+    /// Free blocks.
+    pub blocks_free: u64,
+    /// Files (inodes) in use.
+    pub files: u64,
+    /// Volume id (f_fsid).
+    pub fsid: u64,
+}
+
+/// `renameat2` flags.
+pub const RENAME_NOREPLACE: u32 = 1;
+/// `renameat2` flags.
+pub const RENAME_EXCHANGE: u32 = 2;
+
+/// A file system on one store.
+pub struct Fs {
+    store: Store,
+    block_size: u64,
+    /// Absolute symlink targets under this prefix resolve inside the volume.
+    mount_prefix: Vec<u8>,
+    /// Open handles per inode in this process (unlinked files live until the last close).
+    open_counts: Mutex<HashMap<u64, u32>>,
+}
+
+fn store_err(e: iris_store::StoreError) -> Errno {
+    Errno::from(e)
+}
+
+/// Wrap an errno as a store error so it can leave a transaction closure.
+fn abort(e: Errno) -> iris_store::StoreError {
+    iris_store::StoreError::Invalid(format!("errno {}", e.0))
+}
+
+/// Recover an errno that `abort` wrapped (or map a genuine store error).
+fn unwrap_abort(e: iris_store::StoreError) -> Errno {
+    if let iris_store::StoreError::Invalid(s) = &e {
+        if let Some(n) = s.strip_prefix("errno ").and_then(|n| n.parse().ok()) {
+            return Errno(n);
+        }
+    }
+    store_err(e)
+}
+
+type TxResult<T> = iris_store::Result<T>;
+
+fn get_inode_tx(tx: &Tx<'_, '_>, ino: u64) -> TxResult<Inode> {
+    match tx.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))? {
+        Some(Ok(i)) => Ok(i),
+        Some(Err(e)) => Err(abort(e)),
+        None => Err(abort(Errno::ENOENT)),
+    }
+}
+
+fn put_inode_tx(tx: &mut Tx<'_, '_>, inode: &Inode) -> TxResult<()> {
+    tx.put(key(inode.ino, Kind::Inode, 0), &inode.encode())
+}
+
+/// Find `name` in directory `dir`: (ino, dtype).
+fn lookup_tx(tx: &Tx<'_, '_>, dir: u64, name: &[u8]) -> TxResult<Option<(u64, u8)>> {
+    let entries = tx
+        .get_with(key(dir, Kind::Dirent, name_hash(name)), dirent::decode)?
+        .unwrap_or_default();
+    Ok(entries
+        .into_iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, ino, t)| (ino, t)))
+}
+
+fn add_entry_tx(tx: &mut Tx<'_, '_>, dir: u64, name: &[u8], ino: u64, kind: u8) -> TxResult<()> {
+    let k = key(dir, Kind::Dirent, name_hash(name));
+    let mut entries = tx.get_with(k, dirent::decode)?.unwrap_or_default();
+    entries.retain(|(n, _, _)| n != name);
+    entries.push((name.to_vec(), ino, kind));
+    let v = dirent::encode(&entries);
+    if v.len() > 4096 {
+        return Err(abort(Errno::ENOSPC));
+    }
+    tx.put(k, &v)
+}
+
+fn remove_entry_tx(tx: &mut Tx<'_, '_>, dir: u64, name: &[u8]) -> TxResult<()> {
+    let k = key(dir, Kind::Dirent, name_hash(name));
+    let mut entries = tx.get_with(k, dirent::decode)?.unwrap_or_default();
+    entries.retain(|(n, _, _)| n != name);
+    if entries.is_empty() {
+        tx.delete(k)?;
+    } else {
+        tx.put(k, &dirent::encode(&entries))?;
+    }
+    Ok(())
+}
+
+fn dir_is_empty_tx(tx: &Tx<'_, '_>, dir: u64) -> TxResult<bool> {
+    let mut empty = true;
+    tx.scan(
+        key(dir, Kind::Dirent, 0),
+        key(dir, Kind::Dirent, MAX_OFFSET)
+            .successor()
+            .unwrap_or(Key::MAX),
+        |_, _| {
+            empty = false;
+            false
+        },
+    )?;
+    Ok(empty)
+}
+
+/// Delete every record of inode `ino` (its last link and last open handle are gone).
+fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64) -> TxResult<()> {
+    let mut keys = Vec::new();
+    tx.scan(Key::new(ino, 0), Key::new(ino + 1, 0), |k, _| {
+        keys.push(k);
+        true
+    })?;
+    for k in keys {
+        tx.delete(k)?;
+    }
+    Ok(())
+}
+
+fn alloc_ino_tx(tx: &mut Tx<'_, '_>) -> TxResult<u64> {
+    let rec = tx
+        .get(key(0, Kind::Inode, 0))?
+        .ok_or_else(|| abort(Errno::EIO))?;
+    if rec.len() < 24 {
+        return Err(abort(Errno::EIO));
+    }
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&rec[8..16]);
+    let next = u64::from_le_bytes(w);
+    w.copy_from_slice(&rec[16..24]);
+    let files = u64::from_le_bytes(w);
+    let mut out = rec.clone();
+    out[8..16].copy_from_slice(&(next + 1).to_le_bytes());
+    out[16..24].copy_from_slice(&(files + 1).to_le_bytes());
+    tx.put(key(0, Kind::Inode, 0), &out)?;
+    Ok(next)
+}
+
+fn count_files_tx(tx: &mut Tx<'_, '_>, delta: i64) -> TxResult<()> {
+    let mut rec = tx
+        .get(key(0, Kind::Inode, 0))?
+        .ok_or_else(|| abort(Errno::EIO))?;
+    if rec.len() < 24 {
+        return Err(abort(Errno::EIO));
+    }
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&rec[16..24]);
+    let files = (u64::from_le_bytes(w) as i64 + delta).max(0) as u64;
+    rec[16..24].copy_from_slice(&files.to_le_bytes());
+    tx.put(key(0, Kind::Inode, 0), &rec)
+}
+
+/// Split a path into components, rejecting over-long names.
+fn components(path: &[u8]) -> FsResult<Vec<&[u8]>> {
+    if path.len() >= PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    let mut out = Vec::new();
+    for c in path.split(|b| *b == b'/') {
+        if c.is_empty() || c == b"." {
+            continue;
+        }
+        if c.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
+impl Fs {
+    /// Create a volume file and an empty file system on it.
+    pub fn create_volume(path: &Path, opts: &CreateOptions) -> FsResult<Fs> {
+        let store = Store::create(path, opts).map_err(store_err)?;
+        Fs::on_store(store)
+    }
+
+    /// Open the file system on a volume file (formatting the root directory if it has none).
+    pub fn open_volume(path: &Path, opts: &OpenOptions) -> FsResult<Fs> {
+        let store = Store::open(path, opts).map_err(store_err)?;
+        Fs::on_store(store)
+    }
+
+    /// The file system on an open store; an empty store gets a root directory.
+    pub fn on_store(store: Store) -> FsResult<Fs> {
+        let block_size = u64::from(store.block_size());
+        let exists = store
+            .get_with(key(0, Kind::Inode, 0), |b| {
+                b.len() >= 8 && b[..8] == FS_MAGIC.to_le_bytes()
+            })
+            .map_err(store_err)?;
+        match exists {
+            Some(true) => {}
+            Some(false) => return Err(Errno::EIO),
+            None => {
+                let now = now_ns();
+                store
+                    .transact(|tx| {
+                        let mut rec = Vec::with_capacity(24);
+                        rec.extend_from_slice(&FS_MAGIC.to_le_bytes());
+                        rec.extend_from_slice(&(ROOT_INO + 1).to_le_bytes());
+                        rec.extend_from_slice(&1u64.to_le_bytes());
+                        tx.put(key(0, Kind::Inode, 0), &rec)?;
+                        let root = Inode {
+                            ino: ROOT_INO,
+                            mode: libc::S_IFDIR | 0o755,
+                            nlink: 2,
+                            atime_ns: now,
+                            mtime_ns: now,
+                            ctime_ns: now,
+                            parent: ROOT_INO,
+                            ..Inode::default()
+                        };
+                        put_inode_tx(tx, &root)
+                    })
+                    .map_err(store_err)?;
+                store.commit().map_err(store_err)?;
+            }
+        }
+        Ok(Fs {
+            store,
+            block_size,
+            mount_prefix: b"/iris".to_vec(),
+            open_counts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Absolute symlink targets under `prefix` resolve inside this file system.
+    pub fn set_mount_prefix(&mut self, prefix: &[u8]) {
+        self.mount_prefix = prefix.to_vec();
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Data block size.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    fn tx<R>(&self, mut f: impl FnMut(&mut Tx<'_, '_>) -> TxResult<R>) -> FsResult<R> {
+        self.store.transact(|tx| f(tx)).map_err(unwrap_abort)
+    }
+
+    /// Metadata of `ino`.
+    pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
+        self.store
+            .get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))
+            .map_err(store_err)?
+            .unwrap_or(Err(Errno::ENOENT))
+    }
+
+    /// Resolve `path` from directory `start` (absolute paths start at the root). With
+    /// `follow_last`, a final symlink is followed.
+    pub fn resolve(
+        &self,
+        cred: &Cred,
+        start: u64,
+        path: &[u8],
+        follow_last: bool,
+    ) -> FsResult<u64> {
+        self.store
+            .read(|view| Ok(self.resolve_in(view, cred, start, path, follow_last)))
+            .map_err(store_err)?
+    }
+
+    fn inode_in(view: &View<'_>, ino: u64) -> FsResult<Inode> {
+        view.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))
+            .map_err(store_err)?
+            .unwrap_or(Err(Errno::ENOENT))
+    }
+
+    fn lookup_in(view: &View<'_>, dir: u64, name: &[u8]) -> FsResult<Option<u64>> {
+        let entries = view
+            .get_with(key(dir, Kind::Dirent, name_hash(name)), dirent::decode)
+            .map_err(store_err)?
+            .unwrap_or_default();
+        Ok(entries
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, i, _)| i))
+    }
+
+    fn resolve_in(
+        &self,
+        view: &View<'_>,
+        cred: &Cred,
+        start: u64,
+        path: &[u8],
+        follow_last: bool,
+    ) -> FsResult<u64> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let mut pending: Vec<Vec<u8>> =
+            components(path)?.iter().rev().map(|c| c.to_vec()).collect();
+        let mut cur = if path[0] == b'/' { ROOT_INO } else { start };
+        let trailing_slash = path.ends_with(b"/");
+        let mut links = 0u32;
+        let mut cur_inode = Self::inode_in(view, cur)?;
+        while let Some(name) = pending.pop() {
+            if !cur_inode.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            cred.check(&cur_inode, X_OK)?;
+            let next = if name == b".." {
+                cur_inode.parent.max(ROOT_INO)
+            } else {
+                Self::lookup_in(view, cur, &name)?.ok_or(Errno::ENOENT)?
+            };
+            let next_inode = Self::inode_in(view, next)?;
+            let last = pending.is_empty();
+            if next_inode.is_symlink() && (!last || follow_last || trailing_slash) {
+                links += 1;
+                if links > SYMLOOP_MAX {
+                    return Err(Errno::ELOOP);
+                }
+                let target = view
+                    .get_with(key(next, Kind::Symlink, 0), |b| b.to_vec())
+                    .map_err(store_err)?
+                    .ok_or(Errno::EIO)?;
+                let rel: &[u8] = if target.first() == Some(&b'/') {
+                    let p = &self.mount_prefix;
+                    if target.starts_with(p) && (target.len() == p.len() || target[p.len()] == b'/')
+                    {
+                        cur = ROOT_INO;
+                        &target[p.len()..]
+                    } else {
+                        return Err(Errno::EXDEV);
+                    }
+                } else {
+                    &target
+                };
+                for c in components(rel)?.iter().rev() {
+                    pending.push(c.to_vec());
+                }
+                cur_inode = Self::inode_in(view, cur)?;
+                continue;
+            }
+            cur = next;
+            cur_inode = next_inode;
+        }
+        if trailing_slash && !cur_inode.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(cur)
+    }
+
+    /// Resolve all but the last component: (parent directory, last name). The last name may be
+    /// "." or ".." only where the caller accepts it.
+    pub fn resolve_parent(&self, cred: &Cred, start: u64, path: &[u8]) -> FsResult<(u64, Vec<u8>)> {
+        components(path)?; // length checks
+        let comps: Vec<&[u8]> = path
+            .split(|b| *b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
+        let Some((last, dirs)) = comps.split_last() else {
+            // "/" or "." : the directory itself has no parent entry to change.
+            return Err(Errno::EBUSY);
+        };
+        let mut dir_path = Vec::new();
+        if path.first() == Some(&b'/') {
+            dir_path.push(b'/');
+        }
+        for d in dirs {
+            dir_path.extend_from_slice(d);
+            dir_path.push(b'/');
+        }
+        let dir = if dir_path.is_empty() {
+            start
+        } else {
+            self.resolve(cred, start, &dir_path, true)?
+        };
+        let di = self.getattr(dir)?;
+        if !di.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok((dir, last.to_vec()))
+    }
+
+    /// Open or create `path` per `flags` (O_CREAT, O_EXCL, O_TRUNC, O_DIRECTORY, O_NOFOLLOW, access
+    /// mode); `mode` (umask already applied) for a new file. Returns the inode.
+    pub fn open(
+        &self,
+        cred: &Cred,
+        start: u64,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+    ) -> FsResult<Inode> {
+        self.open_at_depth(cred, start, path, flags, mode, 0)
+    }
+
+    fn open_at_depth(
+        &self,
+        cred: &Cred,
+        start: u64,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+        depth: u32,
+    ) -> FsResult<Inode> {
+        let acc = flags & libc::O_ACCMODE;
+        let want_write = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+        let follow = flags & libc::O_NOFOLLOW == 0;
+        let ino = if flags & libc::O_CREAT != 0 {
+            if path.ends_with(b"/") {
+                return Err(Errno::EISDIR);
+            }
+            let (dir, name) = match self.resolve_parent(cred, start, path) {
+                Ok(p) => p,
+                Err(Errno::EBUSY) => return Err(Errno::EISDIR),
+                Err(e) => return Err(e),
+            };
+            if name == b"." || name == b".." {
+                return Err(Errno::EISDIR);
+            }
+            let existing = self
+                .store
+                .read(|v| Ok(Self::lookup_in(v, dir, &name)))
+                .map_err(store_err)??;
+            match existing {
+                Some(ino) => {
+                    if flags & libc::O_EXCL != 0 {
+                        return Err(Errno::EEXIST);
+                    }
+                    let i = self.getattr(ino)?;
+                    if i.is_symlink() {
+                        if !follow || depth >= SYMLOOP_MAX {
+                            return Err(Errno::ELOOP);
+                        }
+                        // O_CREAT through a symlink creates its target, even a dangling one.
+                        let target = self.readlink(cred, dir, &name)?;
+                        if target.first() == Some(&b'/') {
+                            let p = &self.mount_prefix;
+                            if !target.starts_with(p) {
+                                return Err(Errno::EXDEV);
+                            }
+                            let rel = target[p.len()..].to_vec();
+                            return self.open_at_depth(
+                                cred,
+                                ROOT_INO,
+                                &rel,
+                                flags,
+                                mode,
+                                depth + 1,
+                            );
+                        }
+                        return self.open_at_depth(cred, dir, &target, flags, mode, depth + 1);
+                    } else {
+                        ino
+                    }
+                }
+                None => {
+                    let d = self.getattr(dir)?;
+                    cred.check(&d, W_OK | X_OK)?;
+                    let now = now_ns();
+                    let gid = if d.mode & libc::S_ISGID != 0 {
+                        d.gid
+                    } else {
+                        cred.gid
+                    };
+                    let created = self.tx(|tx| {
+                        if let Some((ino, _)) = lookup_tx(tx, dir, &name)? {
+                            // Lost a race with another creator: open theirs unless O_EXCL.
+                            if flags & libc::O_EXCL != 0 {
+                                return Err(abort(Errno::EEXIST));
+                            }
+                            return Ok(ino);
+                        }
+                        let ino = alloc_ino_tx(tx)?;
+                        let inode = Inode {
+                            ino,
+                            mode: libc::S_IFREG | (mode & 0o7777),
+                            uid: cred.uid,
+                            gid,
+                            nlink: 1,
+                            atime_ns: now,
+                            mtime_ns: now,
+                            ctime_ns: now,
+                            ..Inode::default()
+                        };
+                        put_inode_tx(tx, &inode)?;
+                        add_entry_tx(tx, dir, &name, ino, libc::DT_REG)?;
+                        let mut d = get_inode_tx(tx, dir)?;
+                        d.mtime_ns = now;
+                        d.ctime_ns = now;
+                        put_inode_tx(tx, &d)?;
+                        Ok(ino)
+                    })?;
+                    return self.getattr(created);
+                }
+            }
+        } else {
+            self.resolve(cred, start, path, follow)?
+        };
+        let inode = self.getattr(ino)?;
+        if inode.is_symlink() {
+            // O_NOFOLLOW on a symlink (O_PATH is not served).
+            return Err(Errno::ELOOP);
+        }
+        if flags & libc::O_DIRECTORY != 0 && !inode.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if inode.is_dir() && want_write {
+            return Err(Errno::EISDIR);
+        }
+        let mut mask = 0;
+        if acc == libc::O_RDONLY || acc == libc::O_RDWR {
+            mask |= crate::cred::R_OK;
+        }
+        if want_write {
+            mask |= W_OK;
+        }
+        cred.check(&inode, mask)?;
+        if flags & libc::O_TRUNC != 0 && want_write && inode.is_file() && inode.size > 0 {
+            self.truncate(ino, 0)?;
+            return self.getattr(ino);
+        }
+        Ok(inode)
+    }
+
+    /// Note an open handle on `ino` (the file outlives unlink until the last `release`).
+    pub fn retain(&self, ino: u64) {
+        if let Ok(mut m) = self.open_counts.lock() {
+            *m.entry(ino).or_insert(0) += 1;
+        }
+    }
+
+    /// Drop an open handle; the last one of an unlinked file frees it.
+    pub fn release(&self, ino: u64) -> FsResult<()> {
+        let last = match self.open_counts.lock() {
+            Ok(mut m) => match m.get_mut(&ino) {
+                Some(c) if *c > 1 => {
+                    *c -= 1;
+                    false
+                }
+                Some(_) => {
+                    m.remove(&ino);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        };
+        if last {
+            self.tx(|tx| match get_inode_tx(tx, ino) {
+                Ok(i) if i.nlink == 0 => purge_tx(tx, ino),
+                _ => Ok(()),
+            })?;
+        }
+        Ok(())
+    }
+
+    fn is_open(&self, ino: u64) -> bool {
+        self.open_counts
+            .lock()
+            .map(|m| m.contains_key(&ino))
+            .unwrap_or(false)
+    }
+
+    /// Read up to `buf.len()` bytes at `off`; holes read as zeros; returns bytes read (0 at EOF).
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let bs = self.block_size;
+        self.store
+            .read(|view| {
+                let Some(Ok(inode)) =
+                    view.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))?
+                else {
+                    return Ok(Err(Errno::ENOENT));
+                };
+                if inode.is_dir() {
+                    return Ok(Err(Errno::EISDIR));
+                }
+                if off >= inode.size {
+                    return Ok(Ok(0));
+                }
+                let n = (buf.len() as u64).min(inode.size - off) as usize;
+                let mut done = 0usize;
+                while done < n {
+                    let pos = off + done as u64;
+                    let block = pos / bs;
+                    let in_block = (pos % bs) as usize;
+                    let chunk = (bs as usize - in_block).min(n - done);
+                    let out = &mut buf[done..done + chunk];
+                    let found = view.get_with(key(ino, Kind::Data, block), |v| {
+                        let have = v.len().saturating_sub(in_block).min(chunk);
+                        out[..have].copy_from_slice(&v[in_block..in_block + have]);
+                        out[have..].fill(0);
+                    })?;
+                    if found.is_none() {
+                        out.fill(0);
+                    }
+                    done += chunk;
+                }
+                Ok(Ok(n))
+            })
+            .map_err(store_err)?
+    }
+
+    /// Write `data` at `off`; returns bytes written. Extends the file as needed.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let bs = self.block_size;
+        let end = off.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end / bs > MAX_OFFSET {
+            return Err(Errno::EFBIG);
+        }
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let now = now_ns();
+        if first == last {
+            // One block: data, then size and times (see the module doc for why this order).
+            let in_block = (off % bs) as usize;
+            let new_block = Cell::new(false);
+            let old_len = self
+                .store
+                .get_with(key(ino, Kind::Data, first), |v| v.len())
+                .map_err(store_err)?;
+            let new_len = old_len.unwrap_or(0).max(in_block + data.len());
+            self.store
+                .put_with(key(ino, Kind::Data, first), new_len, |old, out| {
+                    let have = old.map_or(0, |o| o.len().min(new_len));
+                    if let Some(o) = old {
+                        out[..have].copy_from_slice(&o[..have]);
+                    } else {
+                        new_block.set(true);
+                    }
+                    out[have..].fill(0);
+                    out[in_block..in_block + data.len()].copy_from_slice(data);
+                })
+                .map_err(store_err)?;
+            self.update_inode(ino, |i| {
+                i.size = i.size.max(end);
+                i.mtime_ns = now;
+                i.ctime_ns = now;
+                if new_block.get() {
+                    i.blocks += 1;
+                }
+            })?;
+            return Ok(data.len());
+        }
+        self.tx(|tx| {
+            let mut added = 0u64;
+            for block in first..=last {
+                let bstart = block * bs;
+                let from = off.max(bstart);
+                let to = end.min(bstart + bs);
+                let in_block = (from - bstart) as usize;
+                let src = &data[(from - off) as usize..(to - off) as usize];
+                let k = key(ino, Kind::Data, block);
+                if in_block == 0 && src.len() == bs as usize {
+                    if tx.get_with(k, |_| ())?.is_none() {
+                        added += 1;
+                    }
+                    tx.put(k, src)?;
+                } else {
+                    let old_len = tx.get_with(k, |v| v.len())?;
+                    if old_len.is_none() {
+                        added += 1;
+                    }
+                    let new_len = old_len.unwrap_or(0).max(in_block + src.len());
+                    tx.put_with(k, new_len, |old, out| {
+                        let have = old.map_or(0, |o| o.len().min(new_len));
+                        if let Some(o) = old {
+                            out[..have].copy_from_slice(&o[..have]);
+                        }
+                        out[have..].fill(0);
+                        out[in_block..in_block + src.len()].copy_from_slice(src);
+                    })?;
+                }
+            }
+            let mut i = get_inode_tx(tx, ino)?;
+            i.size = i.size.max(end);
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            i.blocks += added;
+            put_inode_tx(tx, &i)
+        })?;
+        Ok(data.len())
+    }
+
+    /// Append `data` atomically at the end of file: returns the offset written at.
+    pub fn append(&self, ino: u64, data: &[u8]) -> FsResult<u64> {
+        // The size read and the write must not interleave with another appender: one transaction.
+        let bs = self.block_size;
+        let now = now_ns();
+        self.tx(|tx| {
+            let mut i = get_inode_tx(tx, ino)?;
+            let off = i.size;
+            let end = off + data.len() as u64;
+            if data.is_empty() {
+                return Ok(off);
+            }
+            for block in off / bs..=(end - 1) / bs {
+                let bstart = block * bs;
+                let from = off.max(bstart);
+                let to = end.min(bstart + bs);
+                let in_block = (from - bstart) as usize;
+                let src = &data[(from - off) as usize..(to - off) as usize];
+                let k = key(ino, Kind::Data, block);
+                let old_len = tx.get_with(k, |v| v.len())?;
+                if old_len.is_none() {
+                    i.blocks += 1;
+                }
+                let new_len = old_len.unwrap_or(0).max(in_block + src.len());
+                tx.put_with(k, new_len, |old, out| {
+                    let have = old.map_or(0, |o| o.len().min(new_len));
+                    if let Some(o) = old {
+                        out[..have].copy_from_slice(&o[..have]);
+                    }
+                    out[have..].fill(0);
+                    out[in_block..in_block + src.len()].copy_from_slice(src);
+                })?;
+            }
+            i.size = end;
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)?;
+            Ok(off)
+        })
+    }
+
+    fn update_inode(&self, ino: u64, f: impl FnOnce(&mut Inode)) -> FsResult<()> {
+        let mut f = Some(f);
+        let missing = Cell::new(false);
+        self.store
+            .put_with(key(ino, Kind::Inode, 0), INODE_BYTES, |old, out| match old
+                .map(|b| Inode::decode(ino, b))
+            {
+                Some(Ok(mut i)) => {
+                    if let Some(f) = f.take() {
+                        f(&mut i);
+                    }
+                    out.copy_from_slice(&i.encode());
+                }
+                _ => {
+                    missing.set(true);
+                    out.copy_from_slice(
+                        &Inode {
+                            ino,
+                            ..Inode::default()
+                        }
+                        .encode(),
+                    );
+                }
+            })
+            .map_err(store_err)?;
+        if missing.get() {
+            // The file vanished (purged) between our check and update: undo the stray record.
+            let _ = self.store.delete(key(ino, Kind::Inode, 0));
+            return Err(Errno::ENOENT);
+        }
+        Ok(())
+    }
+
+    /// Set the size of a regular file, dropping or zero-extending data.
+    pub fn truncate(&self, ino: u64, len: u64) -> FsResult<()> {
+        let bs = self.block_size;
+        if len / bs > MAX_OFFSET {
+            return Err(Errno::EFBIG);
+        }
+        let now = now_ns();
+        self.tx(|tx| {
+            let mut i = get_inode_tx(tx, ino)?;
+            if i.is_dir() {
+                return Err(abort(Errno::EISDIR));
+            }
+            if len < i.size {
+                // Whole blocks past the new end go; the block holding the end is cut short.
+                let keep_blocks = len.div_ceil(bs);
+                let mut doomed = Vec::new();
+                tx.scan(
+                    key(ino, Kind::Data, keep_blocks),
+                    key(ino, Kind::Data, MAX_OFFSET),
+                    |k, _| {
+                        doomed.push(k);
+                        true
+                    },
+                )?;
+                for k in &doomed {
+                    tx.delete(*k)?;
+                }
+                i.blocks = i.blocks.saturating_sub(doomed.len() as u64);
+                if !len.is_multiple_of(bs) {
+                    let k = key(ino, Kind::Data, len / bs);
+                    let cut = (len % bs) as usize;
+                    if let Some(old_len) = tx.get_with(k, |v| v.len())? {
+                        if old_len > cut {
+                            tx.put_with(k, cut, |old, out| {
+                                if let Some(o) = old {
+                                    out.copy_from_slice(&o[..cut]);
+                                }
+                            })?;
+                        }
+                    }
+                }
+            }
+            i.size = len;
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)
+        })
+    }
+
+    /// Create a directory.
+    pub fn mkdir(&self, cred: &Cred, start: u64, path: &[u8], mode: u32) -> FsResult<u64> {
+        let (dir, name) = match self.resolve_parent(cred, start, path) {
+            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
+            r => r?,
+        };
+        if name == b"." || name == b".." {
+            return Err(Errno::EEXIST);
+        }
+        let d = self.getattr(dir)?;
+        cred.check(&d, W_OK | X_OK)?;
+        let now = now_ns();
+        let gid = if d.mode & libc::S_ISGID != 0 {
+            d.gid
+        } else {
+            cred.gid
+        };
+        let setgid = d.mode & libc::S_ISGID;
+        self.tx(|tx| {
+            if lookup_tx(tx, dir, &name)?.is_some() {
+                return Err(abort(Errno::EEXIST));
+            }
+            let mut parent = get_inode_tx(tx, dir)?;
+            if parent.nlink == 0 {
+                return Err(abort(Errno::ENOENT));
+            }
+            let ino = alloc_ino_tx(tx)?;
+            let inode = Inode {
+                ino,
+                mode: libc::S_IFDIR | (mode & 0o7777) | setgid,
+                uid: cred.uid,
+                gid,
+                nlink: 2,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                parent: dir,
+                ..Inode::default()
+            };
+            put_inode_tx(tx, &inode)?;
+            add_entry_tx(tx, dir, &name, ino, libc::DT_DIR)?;
+            parent.nlink += 1;
+            parent.mtime_ns = now;
+            parent.ctime_ns = now;
+            put_inode_tx(tx, &parent)?;
+            Ok(ino)
+        })
+    }
+
+    /// Sticky-directory rule: in a +t directory only the owner of the entry or of the directory
+    /// (or root) may remove or rename it.
+    fn sticky_ok(cred: &Cred, dir: &Inode, victim: &Inode) -> bool {
+        dir.mode & libc::S_ISVTX == 0
+            || cred.uid == 0
+            || cred.uid == dir.uid
+            || cred.uid == victim.uid
+    }
+
+    /// Remove a directory entry that is not a directory.
+    pub fn unlink(&self, cred: &Cred, start: u64, path: &[u8]) -> FsResult<()> {
+        let (dir, name) = match self.resolve_parent(cred, start, path) {
+            Err(Errno::EBUSY) => return Err(Errno::EISDIR),
+            r => r?,
+        };
+        if name == b"." || name == b".." {
+            return Err(Errno::EISDIR);
+        }
+        if path.ends_with(b"/") {
+            let ino = self.resolve(cred, start, path, false)?;
+            return Err(if self.getattr(ino)?.is_dir() {
+                Errno::EISDIR
+            } else {
+                Errno::ENOTDIR
+            });
+        }
+        let d = self.getattr(dir)?;
+        cred.check(&d, W_OK | X_OK)?;
+        let now = now_ns();
+        self.tx(|tx| {
+            let (ino, _) = lookup_tx(tx, dir, &name)?.ok_or_else(|| abort(Errno::ENOENT))?;
+            let mut i = get_inode_tx(tx, ino)?;
+            if i.is_dir() {
+                return Err(abort(Errno::EISDIR));
+            }
+            let d = get_inode_tx(tx, dir)?;
+            if !Self::sticky_ok(cred, &d, &i) {
+                return Err(abort(Errno::EPERM));
+            }
+            remove_entry_tx(tx, dir, &name)?;
+            let mut d = d;
+            d.mtime_ns = now;
+            d.ctime_ns = now;
+            put_inode_tx(tx, &d)?;
+            i.nlink = i.nlink.saturating_sub(1);
+            i.ctime_ns = now;
+            if i.nlink == 0 && !self.is_open(ino) {
+                purge_tx(tx, ino)?;
+                count_files_tx(tx, -1)?;
+            } else {
+                if i.nlink == 0 {
+                    count_files_tx(tx, -1)?;
+                }
+                put_inode_tx(tx, &i)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, cred: &Cred, start: u64, path: &[u8]) -> FsResult<()> {
+        let (dir, name) = match self.resolve_parent(cred, start, path) {
+            Err(Errno::EBUSY) => return Err(Errno::EBUSY),
+            r => r?,
+        };
+        if name == b"." {
+            return Err(Errno::EINVAL);
+        }
+        if name == b".." {
+            return Err(Errno::ENOTEMPTY);
+        }
+        let d = self.getattr(dir)?;
+        cred.check(&d, W_OK | X_OK)?;
+        let now = now_ns();
+        self.tx(|tx| {
+            let (ino, _) = lookup_tx(tx, dir, &name)?.ok_or_else(|| abort(Errno::ENOENT))?;
+            let i = get_inode_tx(tx, ino)?;
+            if !i.is_dir() {
+                return Err(abort(Errno::ENOTDIR));
+            }
+            if ino == ROOT_INO {
+                return Err(abort(Errno::EBUSY));
+            }
+            let mut d = get_inode_tx(tx, dir)?;
+            if !Self::sticky_ok(cred, &d, &i) {
+                return Err(abort(Errno::EPERM));
+            }
+            if !dir_is_empty_tx(tx, ino)? {
+                return Err(abort(Errno::ENOTEMPTY));
+            }
+            remove_entry_tx(tx, dir, &name)?;
+            purge_tx(tx, ino)?;
+            count_files_tx(tx, -1)?;
+            d.nlink = d.nlink.saturating_sub(1);
+            d.mtime_ns = now;
+            d.ctime_ns = now;
+            put_inode_tx(tx, &d)
+        })
+    }
+
+    /// Rename `from` to `to` (atomically replacing `to`), with `renameat2` flags.
+    pub fn rename(
+        &self,
+        cred: &Cred,
+        from_start: u64,
+        from: &[u8],
+        to_start: u64,
+        to: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(Errno::EINVAL);
+        }
+        let (sdir, sname) = self.resolve_parent(cred, from_start, from)?;
+        let (ddir, dname) = self.resolve_parent(cred, to_start, to)?;
+        for n in [&sname, &dname] {
+            if n.as_slice() == b"." || n.as_slice() == b".." {
+                return Err(Errno::EBUSY);
+            }
+        }
+        let sd = self.getattr(sdir)?;
+        let dd = self.getattr(ddir)?;
+        cred.check(&sd, W_OK | X_OK)?;
+        cred.check(&dd, W_OK | X_OK)?;
+        let now = now_ns();
+        self.tx(|tx| {
+            let (sino, stype) = lookup_tx(tx, sdir, &sname)?.ok_or_else(|| abort(Errno::ENOENT))?;
+            let mut si = get_inode_tx(tx, sino)?;
+            let target = lookup_tx(tx, ddir, &dname)?;
+            if (from.ends_with(b"/") || to.ends_with(b"/")) && !si.is_dir() {
+                return Err(abort(Errno::ENOTDIR));
+            }
+            if let Some((dino, _)) = target {
+                if dino == sino {
+                    return Ok(()); // same file: nothing to do
+                }
+            }
+            if flags & RENAME_NOREPLACE != 0 && target.is_some() {
+                return Err(abort(Errno::EEXIST));
+            }
+            if flags & RENAME_EXCHANGE != 0 && target.is_none() {
+                return Err(abort(Errno::ENOENT));
+            }
+            let sd = get_inode_tx(tx, sdir)?;
+            if !Self::sticky_ok(cred, &sd, &si) {
+                return Err(abort(Errno::EPERM));
+            }
+            // A directory may not move below itself.
+            if si.is_dir() && sdir != ddir {
+                let mut up = ddir;
+                loop {
+                    if up == sino {
+                        return Err(abort(Errno::EINVAL));
+                    }
+                    if up == ROOT_INO {
+                        break;
+                    }
+                    up = get_inode_tx(tx, up)?.parent;
+                }
+            }
+            if flags & RENAME_EXCHANGE != 0 {
+                let (dino, dtype) = target.ok_or_else(|| abort(Errno::ENOENT))?;
+                let mut di = get_inode_tx(tx, dino)?;
+                if di.is_dir() && ddir != sdir {
+                    let mut up = sdir;
+                    loop {
+                        if up == dino {
+                            return Err(abort(Errno::EINVAL));
+                        }
+                        if up == ROOT_INO {
+                            break;
+                        }
+                        up = get_inode_tx(tx, up)?.parent;
+                    }
+                }
+                add_entry_tx(tx, sdir, &sname, dino, dtype)?;
+                add_entry_tx(tx, ddir, &dname, sino, stype)?;
+                if si.is_dir() != di.is_dir() && sdir != ddir {
+                    let mut a = get_inode_tx(tx, sdir)?;
+                    let mut b = get_inode_tx(tx, ddir)?;
+                    if si.is_dir() {
+                        a.nlink -= 1;
+                        b.nlink += 1;
+                    } else {
+                        a.nlink += 1;
+                        b.nlink -= 1;
+                    }
+                    put_inode_tx(tx, &a)?;
+                    put_inode_tx(tx, &b)?;
+                }
+                if si.is_dir() {
+                    si.parent = ddir;
+                }
+                if di.is_dir() {
+                    di.parent = sdir;
+                }
+                si.ctime_ns = now;
+                di.ctime_ns = now;
+                put_inode_tx(tx, &si)?;
+                put_inode_tx(tx, &di)?;
+            } else {
+                if let Some((dino, _)) = target {
+                    let mut di = get_inode_tx(tx, dino)?;
+                    let dd = get_inode_tx(tx, ddir)?;
+                    if !Self::sticky_ok(cred, &dd, &di) {
+                        return Err(abort(Errno::EPERM));
+                    }
+                    match (si.is_dir(), di.is_dir()) {
+                        (true, false) => return Err(abort(Errno::ENOTDIR)),
+                        (false, true) => return Err(abort(Errno::EISDIR)),
+                        (true, true) => {
+                            if !dir_is_empty_tx(tx, dino)? {
+                                return Err(abort(Errno::ENOTEMPTY));
+                            }
+                            purge_tx(tx, dino)?;
+                            count_files_tx(tx, -1)?;
+                            let mut dd = get_inode_tx(tx, ddir)?;
+                            dd.nlink -= 1;
+                            put_inode_tx(tx, &dd)?;
+                        }
+                        (false, false) => {
+                            di.nlink = di.nlink.saturating_sub(1);
+                            di.ctime_ns = now;
+                            if di.nlink == 0 && !self.is_open(dino) {
+                                purge_tx(tx, dino)?;
+                                count_files_tx(tx, -1)?;
+                            } else {
+                                if di.nlink == 0 {
+                                    count_files_tx(tx, -1)?;
+                                }
+                                put_inode_tx(tx, &di)?;
+                            }
+                        }
+                    }
+                }
+                remove_entry_tx(tx, sdir, &sname)?;
+                add_entry_tx(tx, ddir, &dname, sino, stype)?;
+                if si.is_dir() && sdir != ddir {
+                    si.parent = ddir;
+                    let mut a = get_inode_tx(tx, sdir)?;
+                    a.nlink -= 1;
+                    put_inode_tx(tx, &a)?;
+                    let mut b = get_inode_tx(tx, ddir)?;
+                    b.nlink += 1;
+                    put_inode_tx(tx, &b)?;
+                }
+                si.ctime_ns = now;
+                put_inode_tx(tx, &si)?;
+            }
+            for d in [sdir, ddir] {
+                let mut di = get_inode_tx(tx, d)?;
+                di.mtime_ns = now;
+                di.ctime_ns = now;
+                put_inode_tx(tx, &di)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Make a hard link `to` naming the inode at `from`.
+    pub fn link(
+        &self,
+        cred: &Cred,
+        from_start: u64,
+        from: &[u8],
+        to_start: u64,
+        to: &[u8],
+        follow: bool,
+    ) -> FsResult<()> {
+        let ino = self.resolve(cred, from_start, from, follow)?;
+        if self.getattr(ino)?.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        let (dir, name) = match self.resolve_parent(cred, to_start, to) {
+            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
+            r => r?,
+        };
+        if name == b"." || name == b".." {
+            return Err(Errno::EEXIST);
+        }
+        if to.ends_with(b"/") {
+            return Err(Errno::ENOENT);
+        }
+        let d = self.getattr(dir)?;
+        cred.check(&d, W_OK | X_OK)?;
+        let now = now_ns();
+        self.tx(|tx| {
+            if lookup_tx(tx, dir, &name)?.is_some() {
+                return Err(abort(Errno::EEXIST));
+            }
+            let mut i = get_inode_tx(tx, ino)?;
+            if i.nlink == 0 {
+                return Err(abort(Errno::ENOENT));
+            }
+            if i.nlink >= 65_000 {
+                return Err(abort(Errno::EMLINK));
+            }
+            i.nlink += 1;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)?;
+            add_entry_tx(tx, dir, &name, ino, dirent::dtype(i.mode))?;
+            let mut d = get_inode_tx(tx, dir)?;
+            d.mtime_ns = now;
+            d.ctime_ns = now;
+            put_inode_tx(tx, &d)
+        })
+    }
+
+    /// Create a symlink at `path` pointing to `target`.
+    pub fn symlink(&self, cred: &Cred, target: &[u8], start: u64, path: &[u8]) -> FsResult<u64> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() >= PATH_MAX || target.len() > self.block_size as usize {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let (dir, name) = match self.resolve_parent(cred, start, path) {
+            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
+            r => r?,
+        };
+        if name == b"." || name == b".." {
+            return Err(Errno::EEXIST);
+        }
+        let d = self.getattr(dir)?;
+        cred.check(&d, W_OK | X_OK)?;
+        let now = now_ns();
+        self.tx(|tx| {
+            if lookup_tx(tx, dir, &name)?.is_some() {
+                return Err(abort(Errno::EEXIST));
+            }
+            let ino = alloc_ino_tx(tx)?;
+            let inode = Inode {
+                ino,
+                mode: libc::S_IFLNK | 0o777,
+                uid: cred.uid,
+                gid: cred.gid,
+                nlink: 1,
+                size: target.len() as u64,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                ..Inode::default()
+            };
+            put_inode_tx(tx, &inode)?;
+            tx.put(key(ino, Kind::Symlink, 0), target)?;
+            add_entry_tx(tx, dir, &name, ino, libc::DT_LNK)?;
+            let mut d = get_inode_tx(tx, dir)?;
+            d.mtime_ns = now;
+            d.ctime_ns = now;
+            put_inode_tx(tx, &d)?;
+            Ok(ino)
+        })
+    }
+
+    /// The target of the symlink at `path`.
+    pub fn readlink(&self, cred: &Cred, start: u64, path: &[u8]) -> FsResult<Vec<u8>> {
+        let ino = self.resolve(cred, start, path, false)?;
+        if !self.getattr(ino)?.is_symlink() {
+            return Err(Errno::EINVAL);
+        }
+        self.store
+            .get_with(key(ino, Kind::Symlink, 0), |b| b.to_vec())
+            .map_err(store_err)?
+            .ok_or(Errno::EIO)
+    }
+
+    /// Entries of directory `ino` from cookie `pos` (0 = start; "." and ".." come first), at most
+    /// `max` of them. Each entry's `next` is the cookie to continue after it.
+    pub fn readdir(&self, ino: u64, pos: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        let inode = self.getattr(ino)?;
+        if !inode.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let mut out = Vec::new();
+        if pos == 0 && max > out.len() {
+            out.push(DirEntry {
+                name: b".".to_vec(),
+                ino,
+                kind: libc::DT_DIR,
+                next: 1,
+            });
+        }
+        if pos <= 1 && max > out.len() {
+            out.push(DirEntry {
+                name: b"..".to_vec(),
+                ino: inode.parent.max(ROOT_INO),
+                kind: libc::DT_DIR,
+                next: 2,
+            });
+        }
+        if out.len() >= max {
+            return Ok(out);
+        }
+        // Cookies past 1 are name hash + 2, so they survive entries being added and removed.
+        let from = pos.max(2) - 2;
+        self.store
+            .scan(
+                key(ino, Kind::Dirent, from),
+                key(ino, Kind::Dirent, MAX_OFFSET)
+                    .successor()
+                    .unwrap_or(Key::MAX),
+                |k, v| {
+                    let h = offset_of(k);
+                    for (name, child, kind) in dirent::decode(v) {
+                        out.push(DirEntry {
+                            name,
+                            ino: child,
+                            kind,
+                            next: h + 3,
+                        });
+                    }
+                    out.len() < max
+                },
+            )
+            .map_err(store_err)?;
+        Ok(out)
+    }
+
+    /// chmod.
+    pub fn chmod(&self, cred: &Cred, ino: u64, mode: u32) -> FsResult<()> {
+        let i = self.getattr(ino)?;
+        if !cred.owns(&i) {
+            return Err(Errno::EPERM);
+        }
+        let mut mode = mode & 0o7777;
+        if cred.uid != 0 && !cred.in_group(i.gid) {
+            mode &= !libc::S_ISGID;
+        }
+        let now = now_ns();
+        self.update_inode(ino, |i| {
+            i.mode = (i.mode & libc::S_IFMT) | mode;
+            i.ctime_ns = now;
+        })
+    }
+
+    /// chown (`u32::MAX` leaves a field unchanged).
+    pub fn chown(&self, cred: &Cred, ino: u64, uid: u32, gid: u32) -> FsResult<()> {
+        let i = self.getattr(ino)?;
+        if cred.uid != 0 {
+            let uid_ok = uid == u32::MAX || uid == i.uid;
+            let gid_ok = gid == u32::MAX || (cred.uid == i.uid && cred.in_group(gid));
+            if !uid_ok || !gid_ok || cred.uid != i.uid {
+                return Err(Errno::EPERM);
+            }
+        }
+        let now = now_ns();
+        self.update_inode(ino, |i| {
+            if uid != u32::MAX {
+                i.uid = uid;
+            }
+            if gid != u32::MAX {
+                i.gid = gid;
+            }
+            if !i.is_dir() && (uid != u32::MAX || gid != u32::MAX) {
+                i.mode &= !(libc::S_ISUID | libc::S_ISGID);
+            }
+            i.ctime_ns = now;
+        })
+    }
+
+    /// Set access and modification times (`None` leaves one unchanged). Setting both to "now"
+    /// needs write access; explicit times need ownership.
+    pub fn utimens(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        atime_ns: Option<i64>,
+        mtime_ns: Option<i64>,
+        explicit: bool,
+    ) -> FsResult<()> {
+        let i = self.getattr(ino)?;
+        if explicit {
+            if !cred.owns(&i) {
+                return Err(Errno::EPERM);
+            }
+        } else if !cred.owns(&i) {
+            cred.check(&i, W_OK)?;
+        }
+        let now = now_ns();
+        self.update_inode(ino, |i| {
+            if let Some(a) = atime_ns {
+                i.atime_ns = a;
+            }
+            if let Some(m) = mtime_ns {
+                i.mtime_ns = m;
+            }
+            i.ctime_ns = now;
+        })
+    }
+
+    /// Make everything durable (a group commit).
+    pub fn sync(&self) -> FsResult<()> {
+        self.store.commit().map(|_| ()).map_err(store_err)
+    }
+
+    /// File-system statistics.
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let st = self.store.stats().map_err(store_err)?;
+        let files = self
+            .store
+            .get_with(key(0, Kind::Inode, 0), |rec| {
+                if rec.len() >= 24 {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&rec[16..24]);
+                    u64::from_le_bytes(w)
+                } else {
+                    0
+                }
+            })
+            .map_err(store_err)?
+            .unwrap_or(0);
+        Ok(StatFs {
+            block_size: u64::from(st.block_size),
+            blocks: st.max_blocks,
+            blocks_free: st.free_blocks,
+            files,
+            fsid: self.store.volume_id(),
+        })
+    }
+}

@@ -1,0 +1,19 @@
+//! iris-fs: POSIX files and directories on the Iris store. Inodes, directory entries, file
+//! blocks, symlink targets and extended attributes are records of one tree, keyed by
+//! (inode, kind, offset) (see `keys`). The interposer and the `iris` command call this crate;
+//! nothing above it touches the tree.
+
+mod cred;
+mod dirent;
+mod errno;
+mod fs;
+mod inode;
+mod keys;
+
+pub use cred::{Cred, R_OK, W_OK, X_OK};
+pub use dirent::DirEntry;
+pub use errno::{Errno, FsResult};
+pub use fs::{
+    Fs, StatFs, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, SYMLOOP_MAX,
+};
+pub use inode::Inode;

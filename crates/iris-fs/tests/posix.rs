@@ -1,0 +1,380 @@
+//! POSIX semantics of iris-fs, each case checked against what Linux (tmpfs, through libc) does.
+
+use std::ffi::CString;
+use std::sync::Arc;
+
+use iris_fs::{Cred, Errno, Fs, ROOT_INO};
+use iris_media::SimMedia;
+use iris_store::{CreateOptions, OpenOptions, Store};
+
+fn fs() -> Fs {
+    let sim = Arc::new(SimMedia::new(64 << 20));
+    let opts = CreateOptions {
+        size_limit_bytes: 64 << 20,
+        initial_bytes: 64 << 20,
+        ..CreateOptions::default()
+    };
+    let store = Store::create_on(
+        Box::new(sim),
+        &opts,
+        &OpenOptions {
+            boot_id: Some(1),
+            commit_interval: None,
+        },
+    )
+    .expect("store");
+    Fs::on_store(store).expect("fs")
+}
+
+/// A scratch directory on tmpfs (/dev/shm) to ask Linux what it does.
+struct Host(std::path::PathBuf);
+
+impl Host {
+    fn new() -> Host {
+        let p = std::path::PathBuf::from(format!(
+            "/dev/shm/iris-posix-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&p).expect("host dir");
+        Host(p)
+    }
+    fn c(&self, rel: &str) -> CString {
+        CString::new(format!("{}/{rel}", self.0.display())).expect("cstring")
+    }
+    fn errno<T: PartialOrd + Default>(rc: T) -> Result<(), Errno> {
+        if rc < T::default() {
+            Err(Errno(
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+    fn open(&self, rel: &str, flags: i32, mode: u32) -> Result<(), Errno> {
+        // SAFETY: valid C string; the fd is closed right away.
+        let fd = unsafe { libc::open(self.c(rel).as_ptr(), flags, mode) };
+        if fd >= 0 {
+            // SAFETY: fd was just returned by open.
+            unsafe { libc::close(fd) };
+        }
+        Self::errno(fd)
+    }
+    fn mkdir(&self, rel: &str) -> Result<(), Errno> {
+        // SAFETY: valid C string.
+        Self::errno(unsafe { libc::mkdir(self.c(rel).as_ptr(), 0o755) })
+    }
+    fn rmdir(&self, rel: &str) -> Result<(), Errno> {
+        // SAFETY: valid C string.
+        Self::errno(unsafe { libc::rmdir(self.c(rel).as_ptr()) })
+    }
+    fn unlink(&self, rel: &str) -> Result<(), Errno> {
+        // SAFETY: valid C string.
+        Self::errno(unsafe { libc::unlink(self.c(rel).as_ptr()) })
+    }
+    fn rename(&self, a: &str, b: &str) -> Result<(), Errno> {
+        // SAFETY: valid C strings.
+        Self::errno(unsafe { libc::rename(self.c(a).as_ptr(), self.c(b).as_ptr()) })
+    }
+    fn symlink(&self, target: &str, rel: &str) -> Result<(), Errno> {
+        let t = CString::new(target).expect("cstring");
+        // SAFETY: valid C strings.
+        Self::errno(unsafe { libc::symlink(t.as_ptr(), self.c(rel).as_ptr()) })
+    }
+    fn link(&self, a: &str, b: &str) -> Result<(), Errno> {
+        // SAFETY: valid C strings.
+        Self::errno(unsafe { libc::link(self.c(a).as_ptr(), self.c(b).as_ptr()) })
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One step applied to both Iris and the host; results must agree.
+enum Step<'a> {
+    Open(&'a str, i32),
+    Mkdir(&'a str),
+    Rmdir(&'a str),
+    Unlink(&'a str),
+    Rename(&'a str, &'a str),
+    Symlink(&'a str, &'a str),
+    Link(&'a str, &'a str),
+}
+
+fn run(fs: &Fs, host: &Host, step: &Step<'_>) -> (Result<(), Errno>, Result<(), Errno>) {
+    let cred = Cred::root();
+    let b = |s: &str| s.as_bytes().to_vec();
+    match *step {
+        Step::Open(p, flags) => (
+            fs.open(&cred, ROOT_INO, &b(p), flags, 0o644).map(|_| ()),
+            host.open(p, flags, 0o644),
+        ),
+        Step::Mkdir(p) => (
+            fs.mkdir(&cred, ROOT_INO, &b(p), 0o755).map(|_| ()),
+            host.mkdir(p),
+        ),
+        Step::Rmdir(p) => (fs.rmdir(&cred, ROOT_INO, &b(p)), host.rmdir(p)),
+        Step::Unlink(p) => (fs.unlink(&cred, ROOT_INO, &b(p)), host.unlink(p)),
+        Step::Rename(a, c) => (
+            fs.rename(&cred, ROOT_INO, &b(a), ROOT_INO, &b(c), 0),
+            host.rename(a, c),
+        ),
+        Step::Symlink(t, p) => (
+            fs.symlink(&cred, t.as_bytes(), ROOT_INO, &b(p)).map(|_| ()),
+            host.symlink(t, p),
+        ),
+        Step::Link(a, c) => (
+            fs.link(&cred, ROOT_INO, &b(a), ROOT_INO, &b(c), false),
+            host.link(a, c),
+        ),
+    }
+}
+
+#[test]
+fn namespace_operations_match_linux() {
+    use Step::*;
+    let c = libc::O_CREAT | libc::O_WRONLY;
+    let steps = [
+        Open("f", libc::O_RDONLY),
+        Open("f", c),
+        Open("f", c | libc::O_EXCL),
+        Open("f/", libc::O_RDONLY),
+        Open("f/x", c),
+        Open("nodir/x", c),
+        Mkdir("d"),
+        Mkdir("d"),
+        Mkdir("f"),
+        Mkdir("d/e"),
+        Mkdir("d/e/../g"),
+        Open("d", libc::O_WRONLY),
+        Open("d", libc::O_RDONLY | libc::O_DIRECTORY),
+        Open("f", libc::O_RDONLY | libc::O_DIRECTORY),
+        Open("d/e/./../e/..", libc::O_RDONLY),
+        Rmdir("d"),
+        Rmdir("f"),
+        Rmdir("nothere"),
+        Rmdir("d/e/."),
+        Unlink("d"),
+        Unlink("nothere"),
+        Unlink("f/"),
+        Symlink("f", "lf"),
+        Symlink("f", "lf"),
+        Symlink("d/e", "ld"),
+        Open("lf", libc::O_RDONLY),
+        Open("lf", libc::O_RDONLY | libc::O_NOFOLLOW),
+        Open("ld/x", c),
+        Symlink("loop2", "loop1"),
+        Symlink("loop1", "loop2"),
+        Open("loop1", libc::O_RDONLY),
+        Symlink("dangling-target", "dangle"),
+        Open("dangle", libc::O_RDONLY),
+        Open("dangle", c),
+        Link("f", "hf"),
+        Link("f", "hf"),
+        Link("d", "hd"),
+        Link("nothere", "x"),
+        Rename("f", "f2"),
+        Rename("f", "f3"),
+        Rename("f2", "hf"),
+        Rename("d", "d/e/inside"),
+        Rename("d/g", "d/e"),
+        Rename("hf", "d"),
+        Rename("d", "hf"),
+        Mkdir("empty"),
+        Rename("empty", "d/e"),
+        Rename("d/e", "d/g"),
+        Unlink("hf"),
+        Rmdir("d/g"),
+        Rmdir("d/e"),
+        Rmdir("d"),
+        Open(&"n".repeat(256), c),
+        Mkdir(&"n".repeat(255)),
+    ];
+    let fs = fs();
+    let host = Host::new();
+    for (i, s) in steps.iter().enumerate() {
+        let (iris, linux) = run(&fs, &host, s);
+        assert_eq!(iris, linux, "step {i} differs (iris vs linux)");
+    }
+}
+
+#[test]
+fn read_write_truncate_and_holes() {
+    let fs = fs();
+    let cred = Cred::root();
+    let f = fs
+        .open(
+            &cred,
+            ROOT_INO,
+            b"data",
+            libc::O_CREAT | libc::O_RDWR,
+            0o644,
+        )
+        .expect("create");
+    // A 1-byte write in the middle of nowhere: the file is sparse and reads zeros before it.
+    fs.write(f.ino, 10_000, b"x").expect("write");
+    let mut buf = vec![0xffu8; 10_001];
+    assert_eq!(fs.read(f.ino, 0, &mut buf).expect("read"), 10_001);
+    assert!(buf[..10_000].iter().all(|b| *b == 0));
+    assert_eq!(buf[10_000], b'x');
+    assert_eq!(fs.getattr(f.ino).expect("stat").size, 10_001);
+    assert_eq!(
+        fs.getattr(f.ino).expect("stat").blocks,
+        1,
+        "one block touched"
+    );
+    // A write spanning blocks, unaligned.
+    let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    fs.write(f.ino, 3_000, &big).expect("write");
+    let mut back = vec![0u8; 20_000];
+    assert_eq!(fs.read(f.ino, 3_000, &mut back).expect("read"), 20_000);
+    assert_eq!(back, big);
+    // Read past EOF.
+    assert_eq!(fs.read(f.ino, 1 << 40, &mut back).expect("read"), 0);
+    // Truncate down into a block, then up: the cut part reads zeros.
+    fs.truncate(f.ino, 5_000).expect("truncate");
+    fs.truncate(f.ino, 9_000).expect("truncate up");
+    let mut tail = vec![0xffu8; 4_000];
+    assert_eq!(fs.read(f.ino, 5_000, &mut tail).expect("read"), 4_000);
+    assert!(
+        tail.iter().all(|b| *b == 0),
+        "truncated bytes must not come back"
+    );
+    let mut head = vec![0u8; 2_000];
+    fs.read(f.ino, 3_000, &mut head).expect("read");
+    assert_eq!(&head[..], &big[..2_000]);
+    // Appends are whole and land at the end.
+    let off = fs.append(f.ino, b"tail").expect("append");
+    assert_eq!(off, 9_000);
+    assert_eq!(fs.getattr(f.ino).expect("stat").size, 9_004);
+    assert_eq!(fs.read(f.ino, 0, &mut []).expect("read"), 0);
+    assert_eq!(fs.truncate(ROOT_INO, 0), Err(Errno::EISDIR));
+}
+
+#[test]
+fn readdir_lists_entries_and_cookies_survive_changes() {
+    let fs = fs();
+    let cred = Cred::root();
+    fs.mkdir(&cred, ROOT_INO, b"dir", 0o755).expect("mkdir");
+    for i in 0..100 {
+        fs.open(
+            &cred,
+            ROOT_INO,
+            format!("dir/f{i}").as_bytes(),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        )
+        .expect("create");
+    }
+    let dir = fs.resolve(&cred, ROOT_INO, b"dir", true).expect("resolve");
+    let first = fs.readdir(dir, 0, 30).expect("readdir");
+    assert_eq!(first.len(), 30);
+    assert_eq!(first[0].name, b".");
+    assert_eq!(first[1].name, b"..");
+    assert_eq!(first[1].ino, ROOT_INO);
+    // Remove entries already returned and add new ones: continuing from the cookie neither
+    // repeats nor skips any entry that existed throughout.
+    for e in &first[2..10] {
+        fs.unlink(&cred, dir, &e.name).expect("unlink");
+    }
+    fs.open(
+        &cred,
+        dir,
+        b"new-one",
+        libc::O_CREAT | libc::O_WRONLY,
+        0o644,
+    )
+    .expect("create");
+    let rest = fs.readdir(dir, first[29].next, 1000).expect("readdir");
+    let mut seen: Vec<Vec<u8>> = first[2..]
+        .iter()
+        .map(|e| e.name.clone())
+        .chain(rest.iter().map(|e| e.name.clone()))
+        .collect();
+    seen.retain(|n| n != b"new-one");
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 100, "every original entry exactly once");
+    assert_eq!(fs.readdir(ROOT_INO, 0, 100).expect("root").len(), 3);
+}
+
+#[test]
+fn permissions_are_checked_for_other_users() {
+    let fs = fs();
+    let root = Cred::root();
+    let user = Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    fs.mkdir(&root, ROOT_INO, b"private", 0o700).expect("mkdir");
+    fs.open(
+        &root,
+        ROOT_INO,
+        b"private/secret",
+        libc::O_CREAT | libc::O_WRONLY,
+        0o600,
+    )
+    .expect("create");
+    fs.open(
+        &root,
+        ROOT_INO,
+        b"public",
+        libc::O_CREAT | libc::O_WRONLY,
+        0o644,
+    )
+    .expect("create");
+    assert_eq!(
+        fs.open(&user, ROOT_INO, b"private/secret", libc::O_RDONLY, 0)
+            .err(),
+        Some(Errno::EACCES)
+    );
+    assert!(fs
+        .open(&user, ROOT_INO, b"public", libc::O_RDONLY, 0)
+        .is_ok());
+    assert_eq!(
+        fs.open(&user, ROOT_INO, b"public", libc::O_WRONLY, 0).err(),
+        Some(Errno::EACCES)
+    );
+    assert_eq!(
+        fs.mkdir(&user, ROOT_INO, b"mine", 0o755).err(),
+        Some(Errno::EACCES)
+    );
+    let public = fs
+        .resolve(&root, ROOT_INO, b"public", true)
+        .expect("resolve");
+    assert_eq!(fs.chmod(&user, public, 0o777).err(), Some(Errno::EPERM));
+    fs.chown(&root, public, 1000, 1000).expect("chown");
+    fs.chmod(&user, public, 0o600).expect("owner may chmod");
+    assert_eq!(fs.getattr(public).expect("stat").mode & 0o7777, 0o600);
+}
+
+#[test]
+fn unlinked_open_file_stays_readable_until_release() {
+    let fs = fs();
+    let cred = Cred::root();
+    let f = fs
+        .open(&cred, ROOT_INO, b"tmp", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .expect("create");
+    fs.retain(f.ino);
+    fs.write(f.ino, 0, b"still here").expect("write");
+    fs.unlink(&cred, ROOT_INO, b"tmp").expect("unlink");
+    assert_eq!(
+        fs.resolve(&cred, ROOT_INO, b"tmp", true).err(),
+        Some(Errno::ENOENT)
+    );
+    let mut buf = [0u8; 10];
+    assert_eq!(fs.read(f.ino, 0, &mut buf).expect("read"), 10);
+    assert_eq!(&buf, b"still here");
+    fs.write(f.ino, 10, b"!").expect("still writable");
+    fs.release(f.ino).expect("release");
+    assert_eq!(fs.getattr(f.ino).err(), Some(Errno::ENOENT));
+    assert_eq!(
+        fs.statfs().expect("statfs").files,
+        1,
+        "only the root is left"
+    );
+}
