@@ -266,6 +266,11 @@ impl Fs {
         self.mount_prefix = prefix.to_vec();
     }
 
+    /// Commit every `interval` from a background thread (no-op if one runs already).
+    pub fn start_commit_timer(&mut self, interval: std::time::Duration) {
+        self.store.start_commit_timer(interval);
+    }
+
     /// The store underneath.
     pub fn store(&self) -> &Store {
         &self.store

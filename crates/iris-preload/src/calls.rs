@@ -1,0 +1,1551 @@
+//! The interposed libc entry points. Each checks whether its fd or path is Iris's; if not, it
+//! calls libc's own function untouched. `open`, `openat` and `fcntl` are C-variadic; Rust 1.95
+//! cannot define variadic functions, so they take the optional argument as a fixed one, which the
+//! x86-64 and AArch64 Linux ABIs pass in the same register either way.
+#![allow(clippy::missing_safety_doc)]
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use iris_fs::{Errno, Fs, Inode};
+use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_t};
+
+use crate::errno::{fail, set};
+use crate::fdtable::{self, OpenFile};
+use crate::real;
+use crate::route::{target, target_at, Target};
+use crate::state::{self, cred, Busy};
+
+fn fs_or_eio() -> Result<&'static Fs, Errno> {
+    state::fs().ok_or(Errno::EIO)
+}
+
+fn umask_now() -> u32 {
+    // SAFETY: umask only swaps the process mask; restored at once.
+    unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    }
+}
+
+/// Open `path` in Iris and give it a placeholder fd.
+fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
+    let _b = Busy::enter();
+    let fs = match fs_or_eio() {
+        Ok(f) => f,
+        Err(e) => return fail(e.0),
+    };
+    let inode = match fs.open(&cred(), start, path, flags, mode & !umask_now() & 0o7777) {
+        Ok(i) => i,
+        Err(e) => return fail(e.0),
+    };
+    // SAFETY: a NUL-terminated literal path; libc's own open.
+    let fd = unsafe {
+        real::open(
+            c"/dev/null".as_ptr(),
+            libc::O_RDWR | (flags & libc::O_CLOEXEC),
+            0,
+        )
+    };
+    if fd < 0 {
+        return -1;
+    }
+    if fd as usize >= fdtable::MAX_FDS {
+        // SAFETY: closing the placeholder we just opened.
+        unsafe { real::close(fd) };
+        return fail(libc::EMFILE);
+    }
+    fs.retain(inode.ino);
+    let keep =
+        flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY | libc::O_CLOEXEC);
+    let file = Arc::new(OpenFile {
+        ino: inode.ino,
+        flags: std::sync::atomic::AtomicI32::new(keep),
+        offset: std::sync::Mutex::new(0),
+        is_dir: inode.is_dir(),
+    });
+    fdtable::install(fd, file);
+    fd
+}
+
+/// Drop one reference to a description; the last one releases the inode.
+fn drop_file(file: Arc<OpenFile>) {
+    if Arc::strong_count(&file) == 1 {
+        if let Some(fs) = state::fs() {
+            let _b = Busy::enter();
+            let _ = fs.release(file.ino);
+        }
+    }
+}
+
+macro_rules! open_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+            // SAFETY: `path` comes from the caller as for libc's open.
+            match unsafe { target(path) } {
+                Target::Iris { start, path } => iris_open(start, &path, flags, mode),
+                // SAFETY: forwarding the caller's arguments to libc.
+                Target::Host => unsafe { real::$real(path, flags, mode) },
+            }
+        }
+    };
+}
+open_fn!(open, open);
+open_fn!(open64, open64);
+
+macro_rules! open2_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int) -> c_int {
+            // SAFETY: as for open.
+            match unsafe { target(path) } {
+                Target::Iris { start, path } => iris_open(start, &path, flags, 0),
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(path, flags) },
+            }
+        }
+    };
+}
+open2_fn!(__open_2, open_2);
+open2_fn!(__open64_2, open64_2);
+
+macro_rules! openat_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            dirfd: c_int,
+            path: *const c_char,
+            flags: c_int,
+            mode: mode_t,
+        ) -> c_int {
+            // SAFETY: as for open.
+            match unsafe { target_at(dirfd, path) } {
+                Target::Iris { start, path } => iris_open(start, &path, flags, mode),
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(dirfd, path, flags, mode) },
+            }
+        }
+    };
+}
+openat_fn!(openat, openat);
+openat_fn!(openat64, openat64);
+
+macro_rules! openat2_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+            // SAFETY: as for open.
+            match unsafe { target_at(dirfd, path) } {
+                Target::Iris { start, path } => iris_open(start, &path, flags, 0),
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(dirfd, path, flags) },
+            }
+        }
+    };
+}
+openat2_fn!(__openat_2, openat_2);
+openat2_fn!(__openat64_2, openat64_2);
+
+macro_rules! creat_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: mode_t) -> c_int {
+            // SAFETY: as for open.
+            match unsafe { target(path) } {
+                Target::Iris { start, path } => iris_open(
+                    start,
+                    &path,
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+                    mode,
+                ),
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(path, mode) },
+            }
+        }
+    };
+}
+creat_fn!(creat, creat);
+creat_fn!(creat64, creat64);
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if let Some(file) = fdtable::remove(fd) {
+        drop_file(file);
+    }
+    // SAFETY: closing the caller's fd (the placeholder, for an Iris fd).
+    unsafe { real::close(fd) }
+}
+
+/// Read at the description's offset and advance it.
+fn read_at_offset(file: &OpenFile, buf: &mut [u8]) -> ssize_t {
+    if !file.readable() {
+        return fail(libc::EBADF);
+    }
+    if file.is_dir {
+        return fail(libc::EISDIR);
+    }
+    let _b = Busy::enter();
+    let Ok(fs) = fs_or_eio() else {
+        return fail(libc::EIO);
+    };
+    let mut off = file.offset.lock().unwrap_or_else(|e| e.into_inner());
+    match fs.read(file.ino, *off, buf) {
+        Ok(n) => {
+            *off += n as u64;
+            n as ssize_t
+        }
+        Err(e) => fail(e.0),
+    }
+}
+
+fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
+    if !file.writable() {
+        return fail(libc::EBADF);
+    }
+    let _b = Busy::enter();
+    let Ok(fs) = fs_or_eio() else {
+        return fail(libc::EIO);
+    };
+    let mut off = file.offset.lock().unwrap_or_else(|e| e.into_inner());
+    let r = if file.append() {
+        fs.append(file.ino, data).map(|at| at + data.len() as u64)
+    } else {
+        fs.write(file.ino, *off, data).map(|n| *off + n as u64)
+    };
+    match r {
+        Ok(end) => {
+            *off = end;
+            if file.flags.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+                if let Err(e) = fs.sync() {
+                    return fail(e.0);
+                }
+            }
+            data.len() as ssize_t
+        }
+        Err(e) => fail(e.0),
+    }
+}
+
+fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
+    if !file.readable() {
+        return fail(libc::EBADF);
+    }
+    if file.is_dir {
+        return fail(libc::EISDIR);
+    }
+    if off < 0 {
+        return fail(libc::EINVAL);
+    }
+    let _b = Busy::enter();
+    let Ok(fs) = fs_or_eio() else {
+        return fail(libc::EIO);
+    };
+    match fs.read(file.ino, off as u64, buf) {
+        Ok(n) => n as ssize_t,
+        Err(e) => fail(e.0),
+    }
+}
+
+fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
+    if !file.writable() {
+        return fail(libc::EBADF);
+    }
+    if off < 0 {
+        return fail(libc::EINVAL);
+    }
+    let _b = Busy::enter();
+    let Ok(fs) = fs_or_eio() else {
+        return fail(libc::EIO);
+    };
+    // Linux: pwrite on an O_APPEND description appends, whatever the offset.
+    let r = if file.append() {
+        fs.append(file.ino, data).map(|_| data.len())
+    } else {
+        fs.write(file.ino, off as u64, data)
+    };
+    match r {
+        Ok(n) => {
+            if file.flags.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+                if let Err(e) = fs.sync() {
+                    return fail(e.0);
+                }
+            }
+            n as ssize_t
+        }
+        Err(e) => fail(e.0),
+    }
+}
+
+/// The caller's buffer as a slice.
+///
+/// # Safety
+/// `buf` must be valid for `n` bytes (the caller's contract for read/write).
+unsafe fn slice_mut<'a>(buf: *mut c_void, n: size_t) -> &'a mut [u8] {
+    if n == 0 || buf.is_null() {
+        return &mut [];
+    }
+    // SAFETY: per the function contract.
+    unsafe { std::slice::from_raw_parts_mut(buf.cast(), n) }
+}
+
+/// # Safety
+/// As [`slice_mut`].
+unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
+    if n == 0 || buf.is_null() {
+        return &[];
+    }
+    // SAFETY: per the function contract.
+    unsafe { std::slice::from_raw_parts(buf.cast(), n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    match fdtable::get(fd) {
+        // SAFETY: the caller passes a buffer of n bytes.
+        Some(f) => read_at_offset(&f, unsafe { slice_mut(buf, n) }),
+        // SAFETY: forwarding.
+        None => unsafe { real::read(fd, buf, n) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    match fdtable::get(fd) {
+        Some(f) => {
+            if n > buflen {
+                // SAFETY: what glibc's checker does on overflow.
+                unsafe { libc::abort() };
+            }
+            // SAFETY: the caller passes a buffer of n bytes.
+            read_at_offset(&f, unsafe { slice_mut(buf, n) })
+        }
+        // SAFETY: forwarding.
+        None => unsafe { real::read_chk(fd, buf, n, buflen) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    match fdtable::get(fd) {
+        // SAFETY: the caller passes a buffer of n bytes.
+        Some(f) => write_at_offset(&f, unsafe { slice(buf, n) }),
+        // SAFETY: forwarding.
+        None => unsafe { real::write(fd, buf, n) },
+    }
+}
+
+macro_rules! pread_fn {
+    ($name:ident, $real:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            buf: *mut c_void,
+            n: size_t,
+            off: $off,
+        ) -> ssize_t {
+            match fdtable::get(fd) {
+                // SAFETY: the caller passes a buffer of n bytes.
+                Some(f) => pread_file(&f, unsafe { slice_mut(buf, n) }, off as i64),
+                // SAFETY: forwarding.
+                None => unsafe { real::$real(fd, buf, n, off) },
+            }
+        }
+    };
+}
+pread_fn!(pread, pread, off_t);
+pread_fn!(pread64, pread64, off64_t);
+
+macro_rules! pread_chk_fn {
+    ($name:ident, $real:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            buf: *mut c_void,
+            n: size_t,
+            off: $off,
+            buflen: size_t,
+        ) -> ssize_t {
+            match fdtable::get(fd) {
+                Some(f) => {
+                    if n > buflen {
+                        // SAFETY: what glibc's checker does on overflow.
+                        unsafe { libc::abort() };
+                    }
+                    // SAFETY: the caller passes a buffer of n bytes.
+                    pread_file(&f, unsafe { slice_mut(buf, n) }, off as i64)
+                }
+                // SAFETY: forwarding.
+                None => unsafe { real::$real(fd, buf, n, off, buflen) },
+            }
+        }
+    };
+}
+pread_chk_fn!(__pread_chk, pread_chk, off_t);
+pread_chk_fn!(__pread64_chk, pread64_chk, off64_t);
+
+macro_rules! pwrite_fn {
+    ($name:ident, $real:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            buf: *const c_void,
+            n: size_t,
+            off: $off,
+        ) -> ssize_t {
+            match fdtable::get(fd) {
+                // SAFETY: the caller passes a buffer of n bytes.
+                Some(f) => pwrite_file(&f, unsafe { slice(buf, n) }, off as i64),
+                // SAFETY: forwarding.
+                None => unsafe { real::$real(fd, buf, n, off) },
+            }
+        }
+    };
+}
+pwrite_fn!(pwrite, pwrite, off_t);
+pwrite_fn!(pwrite64, pwrite64, off64_t);
+
+/// Gather iovecs into one buffer (so a writev is one atomic write).
+///
+/// # Safety
+/// `iov` must point at `n` valid iovecs.
+unsafe fn gather(iov: *const libc::iovec, n: c_int) -> Option<Vec<u8>> {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) {
+        return None;
+    }
+    let mut out = Vec::new();
+    for i in 0..n as usize {
+        // SAFETY: i < n, per the contract.
+        let v = unsafe { &*iov.add(i) };
+        // SAFETY: each iovec describes a readable buffer.
+        out.extend_from_slice(unsafe { slice(v.iov_base, v.iov_len) });
+    }
+    Some(out)
+}
+
+/// Scatter `data` into iovecs.
+///
+/// # Safety
+/// As [`gather`], buffers writable.
+unsafe fn scatter(iov: *const libc::iovec, n: c_int, data: &[u8]) {
+    let mut at = 0;
+    for i in 0..n.max(0) as usize {
+        if at >= data.len() {
+            break;
+        }
+        // SAFETY: i < n.
+        let v = unsafe { &*iov.add(i) };
+        let take = v.iov_len.min(data.len() - at);
+        // SAFETY: the iovec's buffer holds iov_len >= take bytes.
+        unsafe { slice_mut(v.iov_base, take) }.copy_from_slice(&data[at..at + take]);
+        at += take;
+    }
+}
+
+/// # Safety
+/// As [`gather`].
+unsafe fn iov_total(iov: *const libc::iovec, n: c_int) -> Option<usize> {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) {
+        return None;
+    }
+    // SAFETY: i < n.
+    Some(
+        (0..n as usize)
+            .map(|i| unsafe { (*iov.add(i)).iov_len })
+            .sum(),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    let Some(f) = fdtable::get(fd) else {
+        // SAFETY: forwarding.
+        return unsafe { real::readv(fd, iov, n) };
+    };
+    // SAFETY: caller's iovecs.
+    let Some(total) = (unsafe { iov_total(iov, n) }) else {
+        return fail(libc::EINVAL);
+    };
+    let mut buf = vec![0u8; total];
+    let r = read_at_offset(&f, &mut buf);
+    if r > 0 {
+        // SAFETY: caller's iovecs.
+        unsafe { scatter(iov, n, &buf[..r as usize]) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    let Some(f) = fdtable::get(fd) else {
+        // SAFETY: forwarding.
+        return unsafe { real::writev(fd, iov, n) };
+    };
+    // SAFETY: caller's iovecs.
+    match unsafe { gather(iov, n) } {
+        Some(data) => write_at_offset(&f, &data),
+        None => fail(libc::EINVAL),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off_t,
+) -> ssize_t {
+    let Some(f) = fdtable::get(fd) else {
+        // SAFETY: forwarding.
+        return unsafe { real::preadv(fd, iov, n, off) };
+    };
+    // SAFETY: caller's iovecs.
+    let Some(total) = (unsafe { iov_total(iov, n) }) else {
+        return fail(libc::EINVAL);
+    };
+    let mut buf = vec![0u8; total];
+    let r = pread_file(&f, &mut buf, off);
+    if r > 0 {
+        // SAFETY: caller's iovecs.
+        unsafe { scatter(iov, n, &buf[..r as usize]) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off_t,
+) -> ssize_t {
+    let Some(f) = fdtable::get(fd) else {
+        // SAFETY: forwarding.
+        return unsafe { real::pwritev(fd, iov, n, off) };
+    };
+    // SAFETY: caller's iovecs.
+    match unsafe { gather(iov, n) } {
+        Some(data) => pwrite_file(&f, &data, off),
+        None => fail(libc::EINVAL),
+    }
+}
+
+fn seek_file(file: &OpenFile, off: i64, whence: c_int) -> i64 {
+    let _b = Busy::enter();
+    let Ok(fs) = fs_or_eio() else {
+        return fail(libc::EIO);
+    };
+    let mut cur = file.offset.lock().unwrap_or_else(|e| e.into_inner());
+    let size = || fs.getattr(file.ino).map(|i| i.size as i64);
+    let new = match whence {
+        libc::SEEK_SET => Ok(off),
+        libc::SEEK_CUR => Ok(*cur as i64 + off),
+        libc::SEEK_END => size().map(|s| s + off),
+        libc::SEEK_DATA => size().and_then(|s| if off < s { Ok(off) } else { Err(Errno::ENXIO) }),
+        libc::SEEK_HOLE => size().and_then(|s| if off < s { Ok(s) } else { Err(Errno::ENXIO) }),
+        _ => Err(Errno::EINVAL),
+    };
+    match new {
+        Ok(n) if n >= 0 => {
+            *cur = n as u64;
+            n
+        }
+        Ok(_) => fail(libc::EINVAL),
+        Err(e) => fail(e.0),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    match fdtable::get(fd) {
+        Some(f) => seek_file(&f, off, whence),
+        // SAFETY: forwarding.
+        None => unsafe { real::lseek(fd, off, whence) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    match fdtable::get(fd) {
+        Some(f) => seek_file(&f, off, whence),
+        // SAFETY: forwarding.
+        None => unsafe { real::lseek64(fd, off, whence) },
+    }
+}
+
+/// Fill a `struct stat` from an inode.
+///
+/// # Safety
+/// `st` must point at a writable `struct stat`.
+unsafe fn fill_stat(st: *mut libc::stat, i: &Inode, fs: &Fs) {
+    // SAFETY: per the contract; all-zero is a valid struct stat.
+    let s = unsafe {
+        std::ptr::write_bytes(st, 0, 1);
+        &mut *st
+    };
+    let split = |ns: i64| (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000));
+    s.st_dev = fs.store().volume_id();
+    s.st_ino = i.ino;
+    s.st_mode = i.mode;
+    s.st_nlink = i.nlink.into();
+    s.st_uid = i.uid;
+    s.st_gid = i.gid;
+    s.st_rdev = i.rdev;
+    s.st_size = i.size as i64;
+    s.st_blksize = fs.block_size() as _;
+    s.st_blocks = (i.blocks * fs.block_size() / 512) as i64;
+    (s.st_atime, s.st_atime_nsec) = split(i.atime_ns);
+    (s.st_mtime, s.st_mtime_nsec) = split(i.mtime_ns);
+    (s.st_ctime, s.st_ctime_nsec) = split(i.ctime_ns);
+}
+
+/// stat by path; `follow` for stat, not lstat.
+fn stat_path(start: u64, path: &[u8], follow: bool, st: *mut libc::stat) -> c_int {
+    let _b = Busy::enter();
+    let Ok(fs) = fs_or_eio() else {
+        return fail(libc::EIO);
+    };
+    match fs
+        .resolve(&cred(), start, path, follow)
+        .and_then(|ino| fs.getattr(ino))
+    {
+        Ok(i) => {
+            // SAFETY: the caller's stat buffer.
+            unsafe { fill_stat(st, &i, fs) };
+            0
+        }
+        Err(e) => fail(e.0),
+    }
+}
+
+fn stat_fd(file: &OpenFile, st: *mut libc::stat) -> c_int {
+    let _b = Busy::enter();
+    let Ok(fs) = fs_or_eio() else {
+        return fail(libc::EIO);
+    };
+    match fs.getattr(file.ino) {
+        Ok(i) => {
+            // SAFETY: the caller's stat buffer.
+            unsafe { fill_stat(st, &i, fs) };
+            0
+        }
+        Err(e) => fail(e.0),
+    }
+}
+
+// On 64-bit Linux `struct stat64` is `struct stat`, so the 64 variants share the code.
+const _: () = assert!(std::mem::size_of::<libc::stat>() == std::mem::size_of::<libc::stat64>());
+
+macro_rules! fstat_fn {
+    ($name:ident, $real:ident, $st:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, st: *mut $st) -> c_int {
+            match fdtable::get(fd) {
+                Some(f) => stat_fd(&f, st.cast()),
+                // SAFETY: forwarding.
+                None => unsafe { real::$real(fd, st) },
+            }
+        }
+    };
+}
+fstat_fn!(fstat, fstat, libc::stat);
+fstat_fn!(fstat64, fstat64, libc::stat64);
+
+macro_rules! stat_fn {
+    ($name:ident, $real:ident, $st:ty, $follow:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, st: *mut $st) -> c_int {
+            // SAFETY: caller's path.
+            match unsafe { target(path) } {
+                Target::Iris { start, path } => stat_path(start, &path, $follow, st.cast()),
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(path, st) },
+            }
+        }
+    };
+}
+stat_fn!(stat, stat, libc::stat, true);
+stat_fn!(stat64, stat64, libc::stat64, true);
+stat_fn!(lstat, lstat, libc::stat, false);
+stat_fn!(lstat64, lstat64, libc::stat64, false);
+
+/// fstatat semantics on an Iris target or fd.
+fn statat_iris(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> Option<c_int> {
+    // SAFETY: caller's path (may be NULL/empty with AT_EMPTY_PATH).
+    let empty = path.is_null() || unsafe { *path } == 0;
+    if empty && flags & libc::AT_EMPTY_PATH != 0 {
+        return fdtable::get(dirfd).map(|f| stat_fd(&f, st));
+    }
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => Some(stat_path(
+            start,
+            &path,
+            flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+            st,
+        )),
+        Target::Host => None,
+    }
+}
+
+macro_rules! fstatat_fn {
+    ($name:ident, $real:ident, $st:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            dirfd: c_int,
+            path: *const c_char,
+            st: *mut $st,
+            flags: c_int,
+        ) -> c_int {
+            match statat_iris(dirfd, path, st.cast(), flags) {
+                Some(r) => r,
+                // SAFETY: forwarding.
+                None => unsafe { real::$real(dirfd, path, st, flags) },
+            }
+        }
+    };
+}
+fstatat_fn!(fstatat, fstatat, libc::stat);
+fstatat_fn!(fstatat64, fstatat64, libc::stat64);
+
+macro_rules! xstat_fn {
+    ($name:ident, $real:ident, $st:ty, $follow:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(ver: c_int, path: *const c_char, st: *mut $st) -> c_int {
+            // SAFETY: caller's path.
+            match unsafe { target(path) } {
+                Target::Iris { start, path } => stat_path(start, &path, $follow, st.cast()),
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(ver, path, st) },
+            }
+        }
+    };
+}
+xstat_fn!(__xstat, xstat, libc::stat, true);
+xstat_fn!(__xstat64, xstat64, libc::stat64, true);
+xstat_fn!(__lxstat, lxstat, libc::stat, false);
+xstat_fn!(__lxstat64, lxstat64, libc::stat64, false);
+
+macro_rules! fxstat_fn {
+    ($name:ident, $real:ident, $st:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(ver: c_int, fd: c_int, st: *mut $st) -> c_int {
+            match fdtable::get(fd) {
+                Some(f) => stat_fd(&f, st.cast()),
+                // SAFETY: forwarding.
+                None => unsafe { real::$real(ver, fd, st) },
+            }
+        }
+    };
+}
+fxstat_fn!(__fxstat, fxstat, libc::stat);
+fxstat_fn!(__fxstat64, fxstat64, libc::stat64);
+
+macro_rules! fxstatat_fn {
+    ($name:ident, $real:ident, $st:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ver: c_int,
+            dirfd: c_int,
+            path: *const c_char,
+            st: *mut $st,
+            flags: c_int,
+        ) -> c_int {
+            match statat_iris(dirfd, path, st.cast(), flags) {
+                Some(r) => r,
+                // SAFETY: forwarding.
+                None => unsafe { real::$real(ver, dirfd, path, st, flags) },
+            }
+        }
+    };
+}
+fxstatat_fn!(__fxstatat, fxstatat, libc::stat);
+fxstatat_fn!(__fxstatat64, fxstatat64, libc::stat64);
+
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    stx: *mut libc::statx,
+) -> c_int {
+    // SAFETY: an all-zero struct stat is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let Some(r) = statat_iris(
+        dirfd,
+        path,
+        &mut st,
+        flags & (libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW),
+    ) else {
+        // SAFETY: forwarding.
+        return unsafe { real::statx(dirfd, path, flags, mask, stx) };
+    };
+    if r != 0 {
+        return r;
+    }
+    // SAFETY: the caller's statx buffer; all-zero is valid.
+    let x = unsafe {
+        std::ptr::write_bytes(stx, 0, 1);
+        &mut *stx
+    };
+    x.stx_mask = libc::STATX_BASIC_STATS;
+    x.stx_blksize = st.st_blksize as u32;
+    x.stx_nlink = st.st_nlink as u32;
+    x.stx_uid = st.st_uid;
+    x.stx_gid = st.st_gid;
+    x.stx_mode = st.st_mode as u16;
+    x.stx_ino = st.st_ino;
+    x.stx_size = st.st_size as u64;
+    x.stx_blocks = st.st_blocks as u64;
+    x.stx_atime.tv_sec = st.st_atime;
+    x.stx_atime.tv_nsec = st.st_atime_nsec as u32;
+    x.stx_mtime.tv_sec = st.st_mtime;
+    x.stx_mtime.tv_nsec = st.st_mtime_nsec as u32;
+    x.stx_ctime.tv_sec = st.st_ctime;
+    x.stx_ctime.tv_nsec = st.st_ctime_nsec as u32;
+    x.stx_dev_major = libc::major(st.st_dev);
+    x.stx_dev_minor = libc::minor(st.st_dev);
+    x.stx_rdev_major = libc::major(st.st_rdev);
+    x.stx_rdev_minor = libc::minor(st.st_rdev);
+    0
+}
+
+/// Run `f` on the file system for an Iris path op, translating errors to errno.
+fn path_op(f: impl FnOnce(&Fs) -> Result<(), Errno>) -> c_int {
+    let _b = Busy::enter();
+    match fs_or_eio().and_then(f) {
+        Ok(()) => 0,
+        Err(e) => fail(e.0),
+    }
+}
+
+fn access_iris(start: u64, path: &[u8], mode: c_int, flags: c_int) -> c_int {
+    path_op(|fs| {
+        let c = cred();
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+        let ino = fs.resolve(&c, start, path, follow)?;
+        let i = fs.getattr(ino)?;
+        let mask = (mode & 7) as u32;
+        if mask == 0 {
+            return Ok(());
+        }
+        c.check(&i, mask)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => access_iris(start, &path, mode, 0),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::access(path, mode) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => access_iris(start, &path, mode, flags),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::faccessat(dirfd, path, mode, flags) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => path_op(|fs| fs.unlink(&cred(), start, &path)),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::unlink(path) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => path_op(|fs| {
+            if flags & libc::AT_REMOVEDIR != 0 {
+                fs.rmdir(&cred(), start, &path)
+            } else {
+                fs.unlink(&cred(), start, &path)
+            }
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::unlinkat(dirfd, path, flags) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => path_op(|fs| {
+            fs.mkdir(&cred(), start, &path, mode & !umask_now())
+                .map(|_| ())
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::mkdir(path, mode) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => path_op(|fs| {
+            fs.mkdir(&cred(), start, &path, mode & !umask_now())
+                .map(|_| ())
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::mkdirat(dirfd, path, mode) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => path_op(|fs| fs.rmdir(&cred(), start, &path)),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::rmdir(path) },
+    }
+}
+
+/// rename between two targets: both Iris, both host, or EXDEV.
+///
+/// # Safety
+/// Valid C strings.
+unsafe fn rename_any(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: caller's paths.
+    let (ta, tb) = unsafe { (target_at(da, a), target_at(db, b)) };
+    match (ta, tb) {
+        (
+            Target::Iris {
+                start: sa,
+                path: pa,
+            },
+            Target::Iris {
+                start: sb,
+                path: pb,
+            },
+        ) => path_op(|fs| fs.rename(&cred(), sa, &pa, sb, &pb, flags)),
+        (Target::Host, Target::Host) => {
+            if flags == 0 {
+                // SAFETY: forwarding.
+                unsafe { real::renameat(da, a, db, b) }
+            } else {
+                // SAFETY: forwarding.
+                unsafe { real::renameat2(da, a, db, b, flags) }
+            }
+        }
+        _ => fail(libc::EXDEV),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
+    // SAFETY: caller's paths.
+    match unsafe { (target(a), target(b)) } {
+        // SAFETY: forwarding.
+        (Target::Host, Target::Host) => unsafe { real::rename(a, b) },
+        // SAFETY: caller's paths.
+        _ => unsafe { rename_any(libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+) -> c_int {
+    // SAFETY: caller's paths.
+    unsafe { rename_any(da, a, db, b, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: caller's paths.
+    unsafe { rename_any(da, a, db, b, flags) }
+}
+
+fn truncate_file(file: &OpenFile, len: i64) -> c_int {
+    if len < 0 {
+        return fail(libc::EINVAL);
+    }
+    if !file.writable() {
+        return fail(libc::EINVAL);
+    }
+    path_op(|fs| fs.truncate(file.ino, len as u64))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => truncate_file(&f, len),
+        // SAFETY: forwarding.
+        None => unsafe { real::ftruncate(fd, len) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => truncate_file(&f, len),
+        // SAFETY: forwarding.
+        None => unsafe { real::ftruncate64(fd, len) },
+    }
+}
+
+fn truncate_path(start: u64, path: &[u8], len: i64) -> c_int {
+    if len < 0 {
+        return fail(libc::EINVAL);
+    }
+    path_op(|fs| {
+        let c = cred();
+        let ino = fs.resolve(&c, start, path, true)?;
+        let i = fs.getattr(ino)?;
+        if i.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        c.check(&i, iris_fs::W_OK)?;
+        fs.truncate(ino, len as u64)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => truncate_path(start, &path, len),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::truncate(path, len) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => truncate_path(start, &path, len),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::truncate64(path, len) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    if fdtable::is_iris(fd) {
+        return path_op(|fs| fs.sync());
+    }
+    // SAFETY: forwarding.
+    unsafe { real::fsync(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    if fdtable::is_iris(fd) {
+        return path_op(|fs| fs.sync());
+    }
+    // SAFETY: forwarding.
+    unsafe { real::fdatasync(fd) }
+}
+
+/// fcntl on an Iris fd.
+fn fcntl_iris(fd: c_int, file: Arc<OpenFile>, cmd: c_int, arg: usize) -> c_int {
+    match cmd {
+        libc::F_GETFL => file.flags.load(Ordering::Relaxed),
+        libc::F_SETFL => {
+            let settable = libc::O_APPEND
+                | libc::O_NONBLOCK
+                | libc::O_DIRECT
+                | libc::O_NOATIME
+                | libc::O_ASYNC;
+            let old = file.flags.load(Ordering::Relaxed);
+            file.flags.store(
+                (old & !settable) | (arg as c_int & settable),
+                Ordering::Relaxed,
+            );
+            0
+        }
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            // SAFETY: duplicating the placeholder fd.
+            let new = unsafe { real::fcntl(fd, cmd, arg) };
+            if new >= 0 {
+                if let Some(prev) = fdtable::install(new, file) {
+                    drop_file(prev);
+                }
+            }
+            new
+        }
+        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
+            // Record locks are granted: one process at a time is what this version serves
+            // correctly (cross-process locks are an open item of the interposer issue).
+            0
+        }
+        libc::F_GETLK | libc::F_OFD_GETLK => {
+            let lk = arg as *mut libc::flock;
+            if lk.is_null() {
+                return fail(libc::EFAULT);
+            }
+            // SAFETY: F_GETLK passes a struct flock pointer.
+            unsafe { (*lk).l_type = libc::F_UNLCK as i16 };
+            0
+        }
+        // SAFETY: fd flags (close-on-exec) and the rest live on the placeholder.
+        _ => unsafe { real::fcntl(fd, cmd, arg) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => fcntl_iris(fd, f, cmd, arg),
+        // SAFETY: forwarding (variadic argument passed in the same register).
+        None => unsafe { real::fcntl(fd, cmd, arg) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => fcntl_iris(fd, f, cmd, arg),
+        // SAFETY: forwarding.
+        None => unsafe { real::fcntl64(fd, cmd, arg) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: forwarding; for an Iris fd this duplicates the placeholder.
+    let new = unsafe { real::dup(fd) };
+    if new >= 0 {
+        if let Some(f) = fdtable::get(fd) {
+            fdtable::install(new, f);
+        }
+    }
+    new
+}
+
+fn after_dup2(old: c_int, new: c_int) {
+    if old == new {
+        return;
+    }
+    let src = fdtable::get(old);
+    let prev = match src {
+        Some(f) => fdtable::install(new, f),
+        None => fdtable::remove(new),
+    };
+    if let Some(p) = prev {
+        drop_file(p);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { real::dup2(old, new) };
+    if r >= 0 {
+        after_dup2(old, new);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { real::dup3(old, new, flags) };
+    if r >= 0 {
+        after_dup2(old, new);
+    }
+    r
+}
+
+/// mmap of an Iris file: private and read-only mappings get a copy of the file's bytes;
+/// writable shared mappings are refused with ENODEV (they would not reach the file).
+fn mmap_iris(
+    file: &OpenFile,
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    off: i64,
+) -> *mut c_void {
+    let shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
+    if shared && prot & libc::PROT_WRITE != 0 {
+        state::log("writable MAP_SHARED mapping of an Iris file refused (ENODEV)");
+        set(libc::ENODEV);
+        return libc::MAP_FAILED;
+    }
+    if off < 0 || len == 0 {
+        set(libc::EINVAL);
+        return libc::MAP_FAILED;
+    }
+    let mflags = (flags & !(libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE))
+        | libc::MAP_PRIVATE
+        | libc::MAP_ANONYMOUS;
+    // SAFETY: an anonymous mapping; `addr`/MAP_FIXED semantics are the caller's.
+    let p = unsafe { real::mmap(addr, len, libc::PROT_READ | libc::PROT_WRITE, mflags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return p;
+    }
+    let _b = Busy::enter();
+    if let Ok(fs) = fs_or_eio() {
+        // SAFETY: the new mapping is len bytes, readable and writable.
+        let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        let _ = fs.read(file.ino, off as u64, buf);
+    }
+    // SAFETY: the mapping we created; restoring the caller's protection.
+    unsafe { libc::mprotect(p, len, prot) };
+    p
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    match fdtable::get(fd) {
+        Some(f) if flags & libc::MAP_ANONYMOUS == 0 => mmap_iris(&f, addr, len, prot, flags, off),
+        // SAFETY: forwarding.
+        _ => unsafe { real::mmap(addr, len, prot, flags, fd, off) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    match fdtable::get(fd) {
+        Some(f) if flags & libc::MAP_ANONYMOUS == 0 => mmap_iris(&f, addr, len, prot, flags, off),
+        // SAFETY: forwarding.
+        _ => unsafe { real::mmap64(addr, len, prot, flags, fd, off) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    if fdtable::is_iris(fd) {
+        // No page cache to advise.
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::posix_fadvise(fd, off, len, advice) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise64(
+    fd: c_int,
+    off: off64_t,
+    len: off64_t,
+    advice: c_int,
+) -> c_int {
+    if fdtable::is_iris(fd) {
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::posix_fadvise64(fd, off, len, advice) }
+}
+
+/// fallocate on an Iris file: mode 0 extends the size (copy-on-write allocates at write time);
+/// KEEP_SIZE does nothing; other modes are not supported yet.
+fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<(), Errno> {
+    if off < 0 || len <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    if !file.writable() {
+        return Err(Errno::EBADF);
+    }
+    let _b = Busy::enter();
+    let fs = fs_or_eio()?;
+    match mode {
+        0 => {
+            let end = (off + len) as u64;
+            if fs.getattr(file.ino)?.size < end {
+                fs.truncate(file.ino, end)?;
+            }
+            Ok(())
+        }
+        libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+        _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => match fallocate_iris(&f, mode, off, len) {
+            Ok(()) => 0,
+            Err(e) => fail(e.0),
+        },
+        // SAFETY: forwarding.
+        None => unsafe { real::fallocate(fd, mode, off, len) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => match fallocate_iris(&f, mode, off, len) {
+            Ok(()) => 0,
+            Err(e) => fail(e.0),
+        },
+        // SAFETY: forwarding.
+        None => unsafe { real::fallocate64(fd, mode, off, len) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+    match fdtable::get(fd) {
+        // posix_fallocate returns the error number instead of setting errno.
+        Some(f) => fallocate_iris(&f, 0, off, len).err().map_or(0, |e| e.0),
+        // SAFETY: forwarding.
+        None => unsafe { real::posix_fallocate(fd, off, len) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => fallocate_iris(&f, 0, off, len).err().map_or(0, |e| e.0),
+        // SAFETY: forwarding.
+        None => unsafe { real::posix_fallocate64(fd, off, len) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => path_op(|fs| {
+            let c = cred();
+            let ino = fs.resolve(&c, start, &path, true)?;
+            fs.chmod(&c, ino, mode)
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::chmod(path, mode) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => path_op(|fs| fs.chmod(&cred(), f.ino, mode)),
+        // SAFETY: forwarding.
+        None => unsafe { real::fchmod(fd, mode) },
+    }
+}
+
+fn chown_path(start: u64, path: &[u8], uid: u32, gid: u32, follow: bool) -> c_int {
+    path_op(|fs| {
+        let c = cred();
+        let ino = fs.resolve(&c, start, path, follow)?;
+        fs.chown(&c, ino, uid, gid)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => chown_path(start, &path, uid, gid, true),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::chown(path, uid, gid) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => chown_path(start, &path, uid, gid, false),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::lchown(path, uid, gid) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => path_op(|fs| fs.chown(&cred(), f.ino, uid, gid)),
+        // SAFETY: forwarding.
+        None => unsafe { real::fchown(fd, uid, gid) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target_path: *const c_char, link: *const c_char) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(link) } {
+        Target::Iris { start, path } => {
+            if target_path.is_null() {
+                return fail(libc::EFAULT);
+            }
+            // SAFETY: a valid C string from the caller.
+            let t = unsafe { std::ffi::CStr::from_ptr(target_path) }
+                .to_bytes()
+                .to_vec();
+            path_op(|fs| fs.symlink(&cred(), &t, start, &path).map(|_| ()))
+        }
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::symlink(target_path, link) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
+    // SAFETY: caller's path.
+    match unsafe { target(path) } {
+        Target::Iris { start, path } => {
+            let _b = Busy::enter();
+            match fs_or_eio().and_then(|fs| fs.readlink(&cred(), start, &path)) {
+                Ok(t) => {
+                    let k = t.len().min(n);
+                    // SAFETY: the caller's buffer holds n >= k bytes.
+                    unsafe { slice_mut(buf.cast(), k) }.copy_from_slice(&t[..k]);
+                    k as ssize_t
+                }
+                Err(e) => fail(e.0),
+            }
+        }
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::readlink(path, buf, n) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(a: *const c_char, b: *const c_char) -> c_int {
+    // SAFETY: caller's paths.
+    match unsafe { (target(a), target(b)) } {
+        (
+            Target::Iris {
+                start: sa,
+                path: pa,
+            },
+            Target::Iris {
+                start: sb,
+                path: pb,
+            },
+        ) => path_op(|fs| fs.link(&cred(), sa, &pa, sb, &pb, false)),
+        // SAFETY: forwarding.
+        (Target::Host, Target::Host) => unsafe { real::link(a, b) },
+        _ => fail(libc::EXDEV),
+    }
+}
+
+/// utimensat semantics on an inode: UTIME_NOW / UTIME_OMIT handled.
+///
+/// # Safety
+/// `times` NULL or two valid timespecs.
+unsafe fn utimens_ino(fs: &Fs, ino: u64, times: *const libc::timespec) -> Result<(), Errno> {
+    let now = iris_now();
+    let (a, m, explicit) = if times.is_null() {
+        (Some(now), Some(now), false)
+    } else {
+        // SAFETY: per the contract.
+        let (ta, tm) = unsafe { (*times, *times.add(1)) };
+        let conv = |t: libc::timespec| match t.tv_nsec {
+            libc::UTIME_OMIT => None,
+            libc::UTIME_NOW => Some(now),
+            ns => Some(t.tv_sec * 1_000_000_000 + ns),
+        };
+        let explicit = [ta, tm]
+            .iter()
+            .any(|t| t.tv_nsec != libc::UTIME_NOW && t.tv_nsec != libc::UTIME_OMIT);
+        (conv(ta), conv(tm), explicit)
+    };
+    fs.utimens(&cred(), ino, a, m, explicit)
+}
+
+fn iris_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimensat(
+    dirfd: c_int,
+    path: *const c_char,
+    times: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
+    if path.is_null() {
+        if let Some(f) = fdtable::get(dirfd) {
+            // SAFETY: caller's times.
+            return path_op(|fs| unsafe { utimens_ino(fs, f.ino, times) });
+        }
+        // SAFETY: forwarding.
+        return unsafe { real::utimensat(dirfd, path, times, flags) };
+    }
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => path_op(|fs| {
+            let ino = fs.resolve(
+                &cred(),
+                start,
+                &path,
+                flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+            )?;
+            // SAFETY: caller's times.
+            unsafe { utimens_ino(fs, ino, times) }
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::utimensat(dirfd, path, times, flags) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    match fdtable::get(fd) {
+        // SAFETY: caller's times.
+        Some(f) => path_op(|fs| unsafe { utimens_ino(fs, f.ino, times) }),
+        // SAFETY: forwarding.
+        None => unsafe { real::futimens(fd, times) },
+    }
+}

@@ -1,0 +1,81 @@
+//! The fd table: which file descriptors are Iris files. Every Iris fd is backed by a real kernel
+//! fd (a placeholder open on /dev/null) so numbers never collide with the kernel's, and close,
+//! dup2 and close-on-exec keep working. The table maps the number to an open file description
+//! (inode, status flags, offset), shared by dup'ed fds as POSIX shares it.
+//!
+//! Lookup is one atomic load: no lock, no system call on the hot path.
+
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Highest fd number Iris can serve (higher ones get EMFILE at open).
+pub(crate) const MAX_FDS: usize = 1 << 16;
+
+/// An open file description.
+pub(crate) struct OpenFile {
+    pub ino: u64,
+    /// Status flags (O_ACCMODE | O_APPEND | O_NONBLOCK | ...).
+    pub flags: AtomicI32,
+    /// File offset; a lock because read/write must advance it atomically.
+    pub offset: Mutex<u64>,
+    pub is_dir: bool,
+}
+
+impl OpenFile {
+    pub fn readable(&self) -> bool {
+        let acc = self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE;
+        acc == libc::O_RDONLY || acc == libc::O_RDWR
+    }
+    pub fn writable(&self) -> bool {
+        let acc = self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE;
+        acc == libc::O_WRONLY || acc == libc::O_RDWR
+    }
+    pub fn append(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0
+    }
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: AtomicPtr<OpenFile> = AtomicPtr::new(std::ptr::null_mut());
+static TABLE: [AtomicPtr<OpenFile>; MAX_FDS] = [EMPTY; MAX_FDS];
+
+fn slot(fd: i32) -> Option<&'static AtomicPtr<OpenFile>> {
+    usize::try_from(fd).ok().and_then(|i| TABLE.get(i))
+}
+
+/// The open file behind `fd`, if it is an Iris fd.
+#[inline]
+pub(crate) fn get(fd: i32) -> Option<Arc<OpenFile>> {
+    let p = slot(fd)?.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null entries come from Arc::into_raw in `install` and keep one strong count
+    // until `remove` takes them out; we add a count for the caller before using it.
+    unsafe {
+        Arc::increment_strong_count(p);
+        Some(Arc::from_raw(p))
+    }
+}
+
+/// Whether `fd` is an Iris fd (cheap).
+#[inline]
+pub(crate) fn is_iris(fd: i32) -> bool {
+    slot(fd).is_some_and(|s| !s.load(Ordering::Acquire).is_null())
+}
+
+/// Make `fd` refer to `file`. Returns the description it replaced, if any.
+pub(crate) fn install(fd: i32, file: Arc<OpenFile>) -> Option<Arc<OpenFile>> {
+    let s = slot(fd)?;
+    let old = s.swap(Arc::into_raw(file) as *mut OpenFile, Ordering::AcqRel);
+    // SAFETY: a non-null old entry carries the strong count `install` gave it.
+    (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+}
+
+/// Forget `fd`; returns its description (the caller releases it).
+pub(crate) fn remove(fd: i32) -> Option<Arc<OpenFile>> {
+    let s = slot(fd)?;
+    let old = s.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: as in `install`.
+    (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+}

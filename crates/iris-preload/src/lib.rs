@@ -1,0 +1,17 @@
+//! iris-preload: the `LD_PRELOAD` interposer. Calls on paths under an Iris mount prefix (default
+//! `/iris`, `IRIS_MOUNT` sets a colon-separated list) and on fds opened there are served
+//! in-process by iris-fs over the volume named by `IRIS_VOLUME`; everything else goes to libc's own
+//! functions untouched.
+//!
+//! Files: `calls.rs` (exported entry points), `fdtable.rs` (fd -> open file), `route.rs` (whose
+//! path is it), `state.rs` (configuration, the file system, the re-entrancy guard), `real.rs`
+//! (libc's functions via `dlsym(RTLD_NEXT)`).
+
+mod calls;
+mod errno;
+mod fdtable;
+mod real;
+mod route;
+mod state;
+
+pub use state::{DEFAULT_MOUNT, DEFAULT_VOLUME};

@@ -1,0 +1,467 @@
+//! The real libc functions, found with `dlsym(RTLD_NEXT)` on first use. Code inside the
+//! interposer calls these (never the interposed names) so it cannot recurse into itself.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Look up `sym` (NUL-terminated) once and cache it in `slot`.
+pub(crate) fn resolve(slot: &AtomicUsize, sym: &'static [u8]) -> usize {
+    let p = slot.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: `sym` is a NUL-terminated static string; RTLD_NEXT asks for the next definition
+    // after this library, i.e. libc's.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, sym.as_ptr().cast()) } as usize;
+    slot.store(p, Ordering::Relaxed);
+    p
+}
+
+/// Declare `pub unsafe fn name(args) -> ret` calling libc's `name`; `fail` is returned (with
+/// errno ENOSYS) if libc lacks it.
+macro_rules! real_fn {
+    ($name:ident, $sym:literal, fn($($a:ident: $t:ty),*) -> $r:ty, $fail:expr) => {
+        #[allow(clippy::missing_safety_doc)]
+        pub unsafe fn $name($($a: $t),*) -> $r {
+            static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let p = $crate::real::resolve(&SLOT, concat!($sym, "\0").as_bytes());
+            if p == 0 {
+                $crate::errno::set(libc::ENOSYS);
+                return $fail;
+            }
+            // SAFETY: `p` is libc's definition of this symbol, whose C signature is the one
+            // declared here.
+            let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { std::mem::transmute(p) };
+            unsafe { f($($a),*) }
+        }
+    };
+}
+
+use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_t};
+
+real_fn!(
+    open,
+    "open",
+    fn(p: *const c_char, f: c_int, m: mode_t) -> c_int,
+    -1
+);
+real_fn!(
+    open64,
+    "open64",
+    fn(p: *const c_char, f: c_int, m: mode_t) -> c_int,
+    -1
+);
+real_fn!(
+    openat,
+    "openat",
+    fn(d: c_int, p: *const c_char, f: c_int, m: mode_t) -> c_int,
+    -1
+);
+real_fn!(
+    openat64,
+    "openat64",
+    fn(d: c_int, p: *const c_char, f: c_int, m: mode_t) -> c_int,
+    -1
+);
+real_fn!(
+    open_2,
+    "__open_2",
+    fn(p: *const c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    open64_2,
+    "__open64_2",
+    fn(p: *const c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    openat_2,
+    "__openat_2",
+    fn(d: c_int, p: *const c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    openat64_2,
+    "__openat64_2",
+    fn(d: c_int, p: *const c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(creat, "creat", fn(p: *const c_char, m: mode_t) -> c_int, -1);
+real_fn!(
+    creat64,
+    "creat64",
+    fn(p: *const c_char, m: mode_t) -> c_int,
+    -1
+);
+real_fn!(close, "close", fn(fd: c_int) -> c_int, -1);
+real_fn!(
+    read,
+    "read",
+    fn(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    read_chk,
+    "__read_chk",
+    fn(fd: c_int, b: *mut c_void, n: size_t, bl: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    write,
+    "write",
+    fn(fd: c_int, b: *const c_void, n: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    pread,
+    "pread",
+    fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    pread64,
+    "pread64",
+    fn(fd: c_int, b: *mut c_void, n: size_t, o: off64_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    pread_chk,
+    "__pread_chk",
+    fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t, bl: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    pread64_chk,
+    "__pread64_chk",
+    fn(fd: c_int, b: *mut c_void, n: size_t, o: off64_t, bl: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    pwrite,
+    "pwrite",
+    fn(fd: c_int, b: *const c_void, n: size_t, o: off_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    pwrite64,
+    "pwrite64",
+    fn(fd: c_int, b: *const c_void, n: size_t, o: off64_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    readv,
+    "readv",
+    fn(fd: c_int, v: *const libc::iovec, n: c_int) -> ssize_t,
+    -1
+);
+real_fn!(
+    writev,
+    "writev",
+    fn(fd: c_int, v: *const libc::iovec, n: c_int) -> ssize_t,
+    -1
+);
+real_fn!(
+    preadv,
+    "preadv",
+    fn(fd: c_int, v: *const libc::iovec, n: c_int, o: off_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    pwritev,
+    "pwritev",
+    fn(fd: c_int, v: *const libc::iovec, n: c_int, o: off_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    lseek,
+    "lseek",
+    fn(fd: c_int, o: off_t, w: c_int) -> off_t,
+    -1
+);
+real_fn!(
+    lseek64,
+    "lseek64",
+    fn(fd: c_int, o: off64_t, w: c_int) -> off64_t,
+    -1
+);
+real_fn!(
+    fstat,
+    "fstat",
+    fn(fd: c_int, s: *mut libc::stat) -> c_int,
+    -1
+);
+real_fn!(
+    fstat64,
+    "fstat64",
+    fn(fd: c_int, s: *mut libc::stat64) -> c_int,
+    -1
+);
+real_fn!(
+    stat,
+    "stat",
+    fn(p: *const c_char, s: *mut libc::stat) -> c_int,
+    -1
+);
+real_fn!(
+    stat64,
+    "stat64",
+    fn(p: *const c_char, s: *mut libc::stat64) -> c_int,
+    -1
+);
+real_fn!(
+    lstat,
+    "lstat",
+    fn(p: *const c_char, s: *mut libc::stat) -> c_int,
+    -1
+);
+real_fn!(
+    lstat64,
+    "lstat64",
+    fn(p: *const c_char, s: *mut libc::stat64) -> c_int,
+    -1
+);
+real_fn!(
+    fstatat,
+    "fstatat",
+    fn(d: c_int, p: *const c_char, s: *mut libc::stat, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    fstatat64,
+    "fstatat64",
+    fn(d: c_int, p: *const c_char, s: *mut libc::stat64, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    xstat,
+    "__xstat",
+    fn(v: c_int, p: *const c_char, s: *mut libc::stat) -> c_int,
+    -1
+);
+real_fn!(
+    xstat64,
+    "__xstat64",
+    fn(v: c_int, p: *const c_char, s: *mut libc::stat64) -> c_int,
+    -1
+);
+real_fn!(
+    lxstat,
+    "__lxstat",
+    fn(v: c_int, p: *const c_char, s: *mut libc::stat) -> c_int,
+    -1
+);
+real_fn!(
+    lxstat64,
+    "__lxstat64",
+    fn(v: c_int, p: *const c_char, s: *mut libc::stat64) -> c_int,
+    -1
+);
+real_fn!(
+    fxstat,
+    "__fxstat",
+    fn(v: c_int, fd: c_int, s: *mut libc::stat) -> c_int,
+    -1
+);
+real_fn!(
+    fxstat64,
+    "__fxstat64",
+    fn(v: c_int, fd: c_int, s: *mut libc::stat64) -> c_int,
+    -1
+);
+real_fn!(
+    fxstatat,
+    "__fxstatat",
+    fn(v: c_int, d: c_int, p: *const c_char, s: *mut libc::stat, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    fxstatat64,
+    "__fxstatat64",
+    fn(v: c_int, d: c_int, p: *const c_char, s: *mut libc::stat64, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    statx,
+    "statx",
+    fn(d: c_int, p: *const c_char, f: c_int, m: c_uint, s: *mut libc::statx) -> c_int,
+    -1
+);
+real_fn!(
+    access,
+    "access",
+    fn(p: *const c_char, m: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    faccessat,
+    "faccessat",
+    fn(d: c_int, p: *const c_char, m: c_int, f: c_int) -> c_int,
+    -1
+);
+real_fn!(unlink, "unlink", fn(p: *const c_char) -> c_int, -1);
+real_fn!(
+    unlinkat,
+    "unlinkat",
+    fn(d: c_int, p: *const c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(mkdir, "mkdir", fn(p: *const c_char, m: mode_t) -> c_int, -1);
+real_fn!(
+    mkdirat,
+    "mkdirat",
+    fn(d: c_int, p: *const c_char, m: mode_t) -> c_int,
+    -1
+);
+real_fn!(rmdir, "rmdir", fn(p: *const c_char) -> c_int, -1);
+real_fn!(
+    rename,
+    "rename",
+    fn(a: *const c_char, b: *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    renameat,
+    "renameat",
+    fn(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    renameat2,
+    "renameat2",
+    fn(da: c_int, a: *const c_char, db: c_int, b: *const c_char, f: c_uint) -> c_int,
+    -1
+);
+real_fn!(ftruncate, "ftruncate", fn(fd: c_int, l: off_t) -> c_int, -1);
+real_fn!(
+    ftruncate64,
+    "ftruncate64",
+    fn(fd: c_int, l: off64_t) -> c_int,
+    -1
+);
+real_fn!(
+    truncate,
+    "truncate",
+    fn(p: *const c_char, l: off_t) -> c_int,
+    -1
+);
+real_fn!(
+    truncate64,
+    "truncate64",
+    fn(p: *const c_char, l: off64_t) -> c_int,
+    -1
+);
+real_fn!(fsync, "fsync", fn(fd: c_int) -> c_int, -1);
+real_fn!(fdatasync, "fdatasync", fn(fd: c_int) -> c_int, -1);
+real_fn!(
+    fcntl,
+    "fcntl",
+    fn(fd: c_int, cmd: c_int, arg: usize) -> c_int,
+    -1
+);
+real_fn!(
+    fcntl64,
+    "fcntl64",
+    fn(fd: c_int, cmd: c_int, arg: usize) -> c_int,
+    -1
+);
+real_fn!(dup, "dup", fn(fd: c_int) -> c_int, -1);
+real_fn!(dup2, "dup2", fn(a: c_int, b: c_int) -> c_int, -1);
+real_fn!(dup3, "dup3", fn(a: c_int, b: c_int, f: c_int) -> c_int, -1);
+real_fn!(
+    mmap,
+    "mmap",
+    fn(a: *mut c_void, l: size_t, p: c_int, f: c_int, fd: c_int, o: off_t) -> *mut c_void,
+    libc::MAP_FAILED
+);
+real_fn!(
+    mmap64,
+    "mmap64",
+    fn(a: *mut c_void, l: size_t, p: c_int, f: c_int, fd: c_int, o: off64_t) -> *mut c_void,
+    libc::MAP_FAILED
+);
+real_fn!(
+    posix_fadvise,
+    "posix_fadvise",
+    fn(fd: c_int, o: off_t, l: off_t, a: c_int) -> c_int,
+    libc::ENOSYS
+);
+real_fn!(
+    posix_fadvise64,
+    "posix_fadvise64",
+    fn(fd: c_int, o: off64_t, l: off64_t, a: c_int) -> c_int,
+    libc::ENOSYS
+);
+real_fn!(
+    fallocate,
+    "fallocate",
+    fn(fd: c_int, m: c_int, o: off_t, l: off_t) -> c_int,
+    -1
+);
+real_fn!(
+    fallocate64,
+    "fallocate64",
+    fn(fd: c_int, m: c_int, o: off64_t, l: off64_t) -> c_int,
+    -1
+);
+real_fn!(
+    posix_fallocate,
+    "posix_fallocate",
+    fn(fd: c_int, o: off_t, l: off_t) -> c_int,
+    libc::ENOSYS
+);
+real_fn!(
+    posix_fallocate64,
+    "posix_fallocate64",
+    fn(fd: c_int, o: off64_t, l: off64_t) -> c_int,
+    libc::ENOSYS
+);
+real_fn!(chmod, "chmod", fn(p: *const c_char, m: mode_t) -> c_int, -1);
+real_fn!(fchmod, "fchmod", fn(fd: c_int, m: mode_t) -> c_int, -1);
+real_fn!(
+    chown,
+    "chown",
+    fn(p: *const c_char, u: libc::uid_t, g: libc::gid_t) -> c_int,
+    -1
+);
+real_fn!(
+    lchown,
+    "lchown",
+    fn(p: *const c_char, u: libc::uid_t, g: libc::gid_t) -> c_int,
+    -1
+);
+real_fn!(
+    fchown,
+    "fchown",
+    fn(fd: c_int, u: libc::uid_t, g: libc::gid_t) -> c_int,
+    -1
+);
+real_fn!(
+    symlink,
+    "symlink",
+    fn(t: *const c_char, p: *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    readlink,
+    "readlink",
+    fn(p: *const c_char, b: *mut c_char, n: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    link,
+    "link",
+    fn(a: *const c_char, b: *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    utimensat,
+    "utimensat",
+    fn(d: c_int, p: *const c_char, t: *const libc::timespec, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    futimens,
+    "futimens",
+    fn(fd: c_int, t: *const libc::timespec) -> c_int,
+    -1
+);

@@ -1,0 +1,72 @@
+//! Deciding who serves a path: Iris (under a mount prefix, or relative to an Iris directory fd)
+//! or the kernel. The common case, a host path, costs one prefix comparison and no allocation.
+
+use std::ffi::CStr;
+
+use iris_fs::ROOT_INO;
+use libc::c_char;
+
+use crate::fdtable;
+use crate::state;
+
+/// Where a path lives.
+pub(crate) enum Target {
+    /// Not ours: pass the call to libc.
+    Host,
+    /// Ours: resolve `path` from directory inode `start`.
+    Iris { start: u64, path: Vec<u8> },
+}
+
+/// The path relative to the Iris root if `bytes` is under a mount prefix.
+pub(crate) fn strip_prefix(bytes: &[u8]) -> Option<Vec<u8>> {
+    for p in &state::config().prefixes {
+        if bytes.starts_with(p) && (bytes.len() == p.len() || bytes[p.len()] == b'/') {
+            let rest = &bytes[p.len()..];
+            return Some(if rest.is_empty() {
+                b"/".to_vec()
+            } else {
+                rest.to_vec()
+            });
+        }
+    }
+    None
+}
+
+/// Classify `path` given relative to `dirfd` (AT_FDCWD for the working directory).
+///
+/// # Safety
+/// `path` must be NULL or a valid NUL-terminated string.
+pub(crate) unsafe fn target_at(dirfd: i32, path: *const c_char) -> Target {
+    if path.is_null() || state::busy() {
+        return Target::Host;
+    }
+    // SAFETY: caller guarantees a valid C string.
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    if bytes.first() == Some(&b'/') {
+        return match strip_prefix(bytes) {
+            Some(rel) => Target::Iris {
+                start: ROOT_INO,
+                path: rel,
+            },
+            None => Target::Host,
+        };
+    }
+    if dirfd != libc::AT_FDCWD {
+        if let Some(f) = fdtable::get(dirfd) {
+            return Target::Iris {
+                start: f.ino,
+                path: bytes.to_vec(),
+            };
+        }
+    }
+    Target::Host
+}
+
+/// Classify an absolute or cwd-relative path.
+///
+/// # Safety
+/// As [`target_at`].
+pub(crate) unsafe fn target(path: *const c_char) -> Target {
+    // SAFETY: forwarded contract.
+    unsafe { target_at(libc::AT_FDCWD, path) }
+}

@@ -1,0 +1,152 @@
+//! Process-wide state: configuration from the environment, the open file system, and the
+//! re-entrancy guard that sends the interposer's own libc calls straight to libc.
+
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use iris_fs::{Cred, Fs};
+use iris_store::{CreateOptions, OpenOptions};
+
+/// Default volume when `IRIS_VOLUME` is unset.
+pub const DEFAULT_VOLUME: &str = "/dev/shm/iris-default.vol";
+/// Default mount prefix when `IRIS_MOUNT` is unset.
+pub const DEFAULT_MOUNT: &str = "/iris";
+
+/// Configuration read once from the environment.
+pub(crate) struct Config {
+    /// Mount prefixes (no trailing slash), e.g. ["/iris"].
+    pub prefixes: Vec<Vec<u8>>,
+    pub volume: PathBuf,
+    pub commit_interval: Duration,
+    pub log: bool,
+}
+
+fn env(name: &[u8]) -> Option<Vec<u8>> {
+    // SAFETY: `name` is NUL-terminated; getenv returns NULL or a NUL-terminated string owned by
+    // the environment, copied here before anything can change it.
+    let p = unsafe { libc::getenv(name.as_ptr().cast()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null pointer from getenv to a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes().to_vec())
+}
+
+pub(crate) fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let mounts = env(b"IRIS_MOUNT\0").unwrap_or_else(|| DEFAULT_MOUNT.as_bytes().to_vec());
+        let prefixes = mounts
+            .split(|b| *b == b':')
+            .map(|p| {
+                let mut p = p.to_vec();
+                while p.len() > 1 && p.ends_with(b"/") {
+                    p.pop();
+                }
+                p
+            })
+            .filter(|p| p.len() > 1 && p[0] == b'/')
+            .collect();
+        let volume = env(b"IRIS_VOLUME\0")
+            .map(|v| PathBuf::from(String::from_utf8_lossy(&v).into_owned()))
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_VOLUME));
+        let ms = env(b"IRIS_COMMIT_INTERVAL_MS\0")
+            .and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok())
+            .unwrap_or(5000);
+        Config {
+            prefixes,
+            volume,
+            commit_interval: Duration::from_millis(ms.max(1)),
+            log: env(b"IRIS_LOG\0").is_some_and(|v| v != b"0"),
+        }
+    })
+}
+
+thread_local! {
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while this thread is inside the interposer: its libc calls must pass through.
+#[inline]
+pub(crate) fn busy() -> bool {
+    BUSY.with(|b| b.get())
+}
+
+/// Marks the thread busy for its lifetime.
+pub(crate) struct Busy(bool);
+
+impl Busy {
+    #[inline]
+    pub fn enter() -> Busy {
+        Busy(BUSY.with(|b| b.replace(true)))
+    }
+}
+
+impl Drop for Busy {
+    #[inline]
+    fn drop(&mut self) {
+        let was = self.0;
+        BUSY.with(|b| b.set(was));
+    }
+}
+
+/// Print a diagnostic line to stderr when `IRIS_LOG` is set.
+pub(crate) fn log(msg: &str) {
+    if config().log {
+        let line = format!("iris: {msg}\n");
+        // SAFETY: writing a valid buffer to fd 2 with libc's write (not an Iris fd).
+        unsafe { crate::real::write(2, line.as_ptr().cast(), line.len()) };
+    }
+}
+
+/// The file system, opened on first use (creating the default volume if missing).
+pub(crate) fn fs() -> Option<&'static Fs> {
+    static FS: OnceLock<Option<Fs>> = OnceLock::new();
+    FS.get_or_init(|| {
+        let _busy = Busy::enter();
+        let cfg = config();
+        let opts = OpenOptions {
+            boot_id: None,
+            commit_interval: Some(cfg.commit_interval),
+        };
+        let opened = if cfg.volume.exists() {
+            Fs::open_volume(&cfg.volume, &opts)
+        } else {
+            let create = CreateOptions {
+                size_limit_bytes: 64 << 30,
+                initial_bytes: 64 << 20,
+                ..CreateOptions::default()
+            };
+            Fs::create_volume(&cfg.volume, &create)
+        };
+        match opened {
+            Ok(mut fs) => {
+                if let Some(p) = cfg.prefixes.first() {
+                    fs.set_mount_prefix(p);
+                }
+                fs.start_commit_timer(cfg.commit_interval);
+                log(&format!(
+                    "serving {} from {}",
+                    String::from_utf8_lossy(cfg.prefixes.first().map_or(&b""[..], |p| p)),
+                    cfg.volume.display()
+                ));
+                Some(fs)
+            }
+            Err(e) => {
+                let msg = format!("cannot open volume {}: {e}\n", cfg.volume.display());
+                // SAFETY: valid buffer to stderr through libc's own write.
+                unsafe { crate::real::write(2, msg.as_ptr().cast(), msg.len()) };
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+/// The caller's credentials (checked per request, as the kernel would).
+pub(crate) fn cred() -> Cred {
+    Cred::current()
+}
