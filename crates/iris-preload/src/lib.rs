@@ -14,4 +14,4 @@ mod real;
 mod route;
 mod state;
 
-pub use state::{DEFAULT_MOUNT, DEFAULT_VOLUME};
+pub use state::{default_volume, DEFAULT_MOUNT};

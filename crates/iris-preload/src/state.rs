@@ -10,8 +10,18 @@ use std::time::Duration;
 use iris_fs::{Cred, Fs};
 use iris_store::{CreateOptions, OpenOptions};
 
-/// Default volume when `IRIS_VOLUME` is unset.
-pub const DEFAULT_VOLUME: &str = "/dev/shm/iris-default.vol";
+/// The volume used when `IRIS_VOLUME` is unset: `$XDG_DATA_HOME/iris/default.vol`, else
+/// `~/.local/share/iris/default.vol` (durable, sparse, growable; created on first use).
+pub fn default_volume() -> PathBuf {
+    if let Some(v) = std::env::var_os("IRIS_VOLUME") {
+        return PathBuf::from(v);
+    }
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    base.join("iris/default.vol")
+}
 /// Default mount prefix when `IRIS_MOUNT` is unset.
 pub const DEFAULT_MOUNT: &str = "/iris";
 
@@ -50,9 +60,7 @@ pub(crate) fn config() -> &'static Config {
             })
             .filter(|p| p.len() > 1 && p[0] == b'/')
             .collect();
-        let volume = env(b"IRIS_VOLUME\0")
-            .map(|v| PathBuf::from(String::from_utf8_lossy(&v).into_owned()))
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_VOLUME));
+        let volume = default_volume();
         let ms = env(b"IRIS_COMMIT_INTERVAL_MS\0")
             .and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok())
             .unwrap_or(5000);
@@ -112,6 +120,9 @@ pub(crate) fn fs() -> Option<&'static Fs> {
             boot_id: None,
             commit_interval: Some(cfg.commit_interval),
         };
+        if let Some(dir) = cfg.volume.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
         let opened = if cfg.volume.exists() {
             Fs::open_volume(&cfg.volume, &opts)
         } else {
