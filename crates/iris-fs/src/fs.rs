@@ -16,6 +16,7 @@ use crate::dirent::{self, DirEntry};
 use crate::errno::{Errno, FsResult};
 use crate::inode::{now_ns, Inode, INODE_BYTES};
 use crate::keys::{key, name_hash, offset_of, Kind, MAX_OFFSET};
+use crate::xattr;
 
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
@@ -1386,6 +1387,109 @@ impl Fs {
                 i.mtime_ns = m;
             }
             i.ctime_ns = now;
+        })
+    }
+
+    /// Value of extended attribute `name` of `ino`.
+    pub fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        let i = self.getattr(ino)?;
+        xattr::check_access(cred, &i, name, false)?;
+        let list = self
+            .store
+            .get_with(key(ino, Kind::Xattr, name_hash(name)), xattr::decode)
+            .map_err(store_err)?
+            .unwrap_or_default();
+        list.into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or(Errno::ENODATA)
+    }
+
+    /// Set extended attribute `name` (`XATTR_CREATE` / `XATTR_REPLACE` in `flags`).
+    pub fn setxattr(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
+        let i = self.getattr(ino)?;
+        xattr::check_access(cred, &i, name, true)?;
+        if name.is_empty() || name.len() > 255 {
+            return Err(Errno::ERANGE);
+        }
+        if value.len() + name.len() + 8 > self.block_size as usize {
+            return Err(Errno::ENOSPC);
+        }
+        let now = now_ns();
+        self.tx(|tx| {
+            let k = key(ino, Kind::Xattr, name_hash(name));
+            let mut list = tx.get_with(k, xattr::decode)?.unwrap_or_default();
+            let exists = list.iter().any(|(n, _)| n == name);
+            if exists && flags & libc::XATTR_CREATE != 0 {
+                return Err(abort(Errno::EEXIST));
+            }
+            if !exists && flags & libc::XATTR_REPLACE != 0 {
+                return Err(abort(Errno::ENODATA));
+            }
+            list.retain(|(n, _)| n != name);
+            list.push((name.to_vec(), value.to_vec()));
+            let v = xattr::encode(&list);
+            if v.len() > self.block_size as usize {
+                return Err(abort(Errno::ENOSPC));
+            }
+            tx.put(k, &v)?;
+            let mut i = get_inode_tx(tx, ino)?;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)
+        })
+    }
+
+    /// Names of the extended attributes of `ino` the caller may see.
+    pub fn listxattr(&self, cred: &Cred, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+        self.getattr(ino)?;
+        let mut names = Vec::new();
+        self.store
+            .scan(
+                key(ino, Kind::Xattr, 0),
+                key(ino, Kind::Xattr, MAX_OFFSET)
+                    .successor()
+                    .unwrap_or(Key::MAX),
+                |_, v| {
+                    for (n, _) in xattr::decode(v) {
+                        if cred.uid == 0 || !n.starts_with(b"trusted.") {
+                            names.push(n);
+                        }
+                    }
+                    true
+                },
+            )
+            .map_err(store_err)?;
+        Ok(names)
+    }
+
+    /// Remove extended attribute `name`.
+    pub fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<()> {
+        let i = self.getattr(ino)?;
+        xattr::check_access(cred, &i, name, true)?;
+        let now = now_ns();
+        self.tx(|tx| {
+            let k = key(ino, Kind::Xattr, name_hash(name));
+            let mut list = tx.get_with(k, xattr::decode)?.unwrap_or_default();
+            let before = list.len();
+            list.retain(|(n, _)| n != name);
+            if list.len() == before {
+                return Err(abort(Errno::ENODATA));
+            }
+            if list.is_empty() {
+                tx.delete(k)?;
+            } else {
+                tx.put(k, &xattr::encode(&list))?;
+            }
+            let mut i = get_inode_tx(tx, ino)?;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)
         })
     }
 

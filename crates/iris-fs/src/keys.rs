@@ -14,6 +14,8 @@ pub(crate) enum Kind {
     Dirent = 1,
     /// File data, offset = block number.
     Data = 2,
+    /// Extended attributes, offset = hash of the name.
+    Xattr = 3,
     /// Symlink target, offset 0.
     Symlink = 4,
 }

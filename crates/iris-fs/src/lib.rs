@@ -9,6 +9,7 @@ mod errno;
 mod fs;
 mod inode;
 mod keys;
+mod xattr;
 
 pub use cred::{Cred, R_OK, W_OK, X_OK};
 pub use dirent::DirEntry;

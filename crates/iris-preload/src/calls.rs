@@ -4,12 +4,12 @@
 //! x86-64 and AArch64 Linux ABIs pass in the same register either way.
 #![allow(clippy::missing_safety_doc)]
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use iris_fs::{Errno, Fs, Inode};
 use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_t};
 
+use crate::description::Desc;
 use crate::errno::{fail, set};
 use crate::fdtable::{self, OpenFile};
 use crate::real;
@@ -40,30 +40,45 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         Ok(i) => i,
         Err(e) => return fail(e.0),
     };
-    // SAFETY: a NUL-terminated literal path; libc's own open.
-    let fd = unsafe {
-        real::open(
-            c"/dev/null".as_ptr(),
-            libc::O_RDWR | (flags & libc::O_CLOEXEC),
-            0,
-        )
+    let keep =
+        flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY | libc::O_CLOEXEC);
+    let cloexec = flags & libc::O_CLOEXEC != 0;
+    let (fd, desc) = match Desc::create(
+        fs.store().volume_id(),
+        inode.ino,
+        keep,
+        inode.is_dir(),
+        cloexec,
+    ) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
     };
-    if fd < 0 {
-        return -1;
-    }
     if fd as usize >= fdtable::MAX_FDS {
-        // SAFETY: closing the placeholder we just opened.
+        // SAFETY: closing the memfd we just created.
         unsafe { real::close(fd) };
         return fail(libc::EMFILE);
     }
     fs.retain(inode.ino);
-    let keep =
-        flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY | libc::O_CLOEXEC);
+    let abs = if inode.is_dir() {
+        let mut p = if start == iris_fs::ROOT_INO && path.first() == Some(&b'/') {
+            state::config()
+                .prefixes
+                .first()
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        p.extend_from_slice(path);
+        crate::cwd::absolute(&p)
+    } else {
+        None
+    };
     let file = Arc::new(OpenFile {
         ino: inode.ino,
-        flags: std::sync::atomic::AtomicI32::new(keep),
-        offset: std::sync::Mutex::new(0),
         is_dir: inode.is_dir(),
+        desc,
+        path: abs,
     });
     fdtable::install(fd, file);
     fd
@@ -171,11 +186,19 @@ creat_fn!(creat64, creat64);
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if let Some(file) = fdtable::remove(fd) {
-        drop_file(file);
+    let was_iris = match fdtable::remove(fd) {
+        Some(file) => {
+            drop_file(file);
+            true
+        }
+        None => false,
+    };
+    // SAFETY: closing the caller's fd (the description memfd, for an Iris fd).
+    let r = unsafe { real::close(fd) };
+    if was_iris {
+        crate::stdio::sync_std_stream(fd);
     }
-    // SAFETY: closing the caller's fd (the placeholder, for an Iris fd).
-    unsafe { real::close(fd) }
+    r
 }
 
 /// Read at the description's offset and advance it.
@@ -190,14 +213,14 @@ fn read_at_offset(file: &OpenFile, buf: &mut [u8]) -> ssize_t {
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
-    let mut off = file.offset.lock().unwrap_or_else(|e| e.into_inner());
-    match fs.read(file.ino, *off, buf) {
-        Ok(n) => {
-            *off += n as u64;
-            n as ssize_t
-        }
-        Err(e) => fail(e.0),
-    }
+    file.desc
+        .with_offset(|off| match fs.read(file.ino, *off, buf) {
+            Ok(n) => {
+                *off += n as u64;
+                n as ssize_t
+            }
+            Err(e) => fail(e.0),
+        })
 }
 
 fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
@@ -208,16 +231,20 @@ fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
-    let mut off = file.offset.lock().unwrap_or_else(|e| e.into_inner());
-    let r = if file.append() {
-        fs.append(file.ino, data).map(|at| at + data.len() as u64)
-    } else {
-        fs.write(file.ino, *off, data).map(|n| *off + n as u64)
-    };
-    match r {
-        Ok(end) => {
+    let r = file.desc.with_offset(|off| {
+        let r = if file.append() {
+            fs.append(file.ino, data).map(|at| at + data.len() as u64)
+        } else {
+            fs.write(file.ino, *off, data).map(|n| *off + n as u64)
+        };
+        if let Ok(end) = r {
             *off = end;
-            if file.flags.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+        }
+        r
+    });
+    match r {
+        Ok(_) => {
+            if file.flags() & (libc::O_SYNC | libc::O_DSYNC) != 0 {
                 if let Err(e) = fs.sync() {
                     return fail(e.0);
                 }
@@ -267,7 +294,7 @@ fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
     };
     match r {
         Ok(n) => {
-            if file.flags.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+            if file.flags() & (libc::O_SYNC | libc::O_DSYNC) != 0 {
                 if let Err(e) = fs.sync() {
                     return fail(e.0);
                 }
@@ -541,24 +568,27 @@ fn seek_file(file: &OpenFile, off: i64, whence: c_int) -> i64 {
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
-    let mut cur = file.offset.lock().unwrap_or_else(|e| e.into_inner());
     let size = || fs.getattr(file.ino).map(|i| i.size as i64);
-    let new = match whence {
-        libc::SEEK_SET => Ok(off),
-        libc::SEEK_CUR => Ok(*cur as i64 + off),
-        libc::SEEK_END => size().map(|s| s + off),
-        libc::SEEK_DATA => size().and_then(|s| if off < s { Ok(off) } else { Err(Errno::ENXIO) }),
-        libc::SEEK_HOLE => size().and_then(|s| if off < s { Ok(s) } else { Err(Errno::ENXIO) }),
-        _ => Err(Errno::EINVAL),
-    };
-    match new {
-        Ok(n) if n >= 0 => {
-            *cur = n as u64;
-            n
+    file.desc.with_offset(|cur| {
+        let new = match whence {
+            libc::SEEK_SET => Ok(off),
+            libc::SEEK_CUR => Ok(*cur as i64 + off),
+            libc::SEEK_END => size().map(|s| s + off),
+            libc::SEEK_DATA => {
+                size().and_then(|s| if off < s { Ok(off) } else { Err(Errno::ENXIO) })
+            }
+            libc::SEEK_HOLE => size().and_then(|s| if off < s { Ok(s) } else { Err(Errno::ENXIO) }),
+            _ => Err(Errno::EINVAL),
+        };
+        match new {
+            Ok(n) if n >= 0 => {
+                *cur = n as u64;
+                n
+            }
+            Ok(_) => fail(libc::EINVAL),
+            Err(e) => fail(e.0),
         }
-        Ok(_) => fail(libc::EINVAL),
-        Err(e) => fail(e.0),
-    }
+    })
 }
 
 #[no_mangle]
@@ -855,6 +885,23 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     }
 }
 
+/// glibc's euidaccess/eaccess call its internal access, so they are interposed too.
+macro_rules! eaccess_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: c_int) -> c_int {
+            // SAFETY: caller's path.
+            match unsafe { target(path) } {
+                Target::Iris { start, path } => access_iris(start, &path, mode, 0),
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(path, mode) },
+            }
+        }
+    };
+}
+eaccess_fn!(euidaccess, euidaccess);
+eaccess_fn!(eaccess, eaccess);
+
 #[no_mangle]
 pub unsafe extern "C" fn faccessat(
     dirfd: c_int,
@@ -1088,18 +1135,15 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
 /// fcntl on an Iris fd.
 fn fcntl_iris(fd: c_int, file: Arc<OpenFile>, cmd: c_int, arg: usize) -> c_int {
     match cmd {
-        libc::F_GETFL => file.flags.load(Ordering::Relaxed),
+        libc::F_GETFL => file.flags(),
         libc::F_SETFL => {
             let settable = libc::O_APPEND
                 | libc::O_NONBLOCK
                 | libc::O_DIRECT
                 | libc::O_NOATIME
                 | libc::O_ASYNC;
-            let old = file.flags.load(Ordering::Relaxed);
-            file.flags.store(
-                (old & !settable) | (arg as c_int & settable),
-                Ordering::Relaxed,
-            );
+            let old = file.flags();
+            file.set_flags((old & !settable) | (arg as c_int & settable));
             0
         }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
@@ -1177,20 +1221,24 @@ fn after_dup2(old: c_int, new: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    crate::stdio::flush_std_stream(new);
     // SAFETY: forwarding.
     let r = unsafe { real::dup2(old, new) };
     if r >= 0 {
         after_dup2(old, new);
+        crate::stdio::sync_std_stream(new);
     }
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    crate::stdio::flush_std_stream(new);
     // SAFETY: forwarding.
     let r = unsafe { real::dup3(old, new, flags) };
     if r >= 0 {
         after_dup2(old, new);
+        crate::stdio::sync_std_stream(new);
     }
     r
 }
@@ -1548,4 +1596,112 @@ pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_
         // SAFETY: forwarding.
         None => unsafe { real::futimens(fd, times) },
     }
+}
+
+/// Copy up to `n` bytes between two fds, at least one of them Iris's, through a bounce buffer.
+/// `in_off`/`out_off` NULL means "use and advance the fd's offset".
+///
+/// # Safety
+/// Offsets NULL or valid.
+unsafe fn copy_between(
+    fd_in: c_int,
+    in_off: *mut i64,
+    fd_out: c_int,
+    out_off: *mut i64,
+    n: size_t,
+) -> ssize_t {
+    let chunk = n.min(1 << 20);
+    let mut buf = vec![0u8; chunk];
+    // SAFETY: reading into our own buffer through the interposed calls (Iris or kernel).
+    let got = unsafe {
+        if in_off.is_null() {
+            read(fd_in, buf.as_mut_ptr().cast(), chunk)
+        } else {
+            pread64(fd_in, buf.as_mut_ptr().cast(), chunk, *in_off)
+        }
+    };
+    if got <= 0 {
+        return got;
+    }
+    let mut done = 0usize;
+    while done < got as usize {
+        // SAFETY: writing from our buffer.
+        let w = unsafe {
+            if out_off.is_null() {
+                write(fd_out, buf[done..].as_ptr().cast(), got as usize - done)
+            } else {
+                pwrite64(
+                    fd_out,
+                    buf[done..].as_ptr().cast(),
+                    got as usize - done,
+                    *out_off + done as i64,
+                )
+            }
+        };
+        if w <= 0 {
+            if done == 0 {
+                return w;
+            }
+            break;
+        }
+        done += w as usize;
+    }
+    // SAFETY: caller's offsets.
+    unsafe {
+        if !in_off.is_null() {
+            *in_off += done as i64;
+        } else if done < got as usize {
+            // Give back what was read but not written.
+            lseek64(fd_in, done as i64 - got as i64, libc::SEEK_CUR);
+        }
+        if !out_off.is_null() {
+            *out_off += done as i64;
+        }
+    }
+    done as ssize_t
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    n: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    if fdtable::is_iris(fd_in) || fdtable::is_iris(fd_out) {
+        if flags != 0 {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: caller's offsets.
+        return unsafe { copy_between(fd_in, off_in, fd_out, off_out, n) };
+    }
+    // SAFETY: forwarding.
+    unsafe { real::copy_file_range(fd_in, off_in, fd_out, off_out, n, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    if fdtable::is_iris(inp) || fdtable::is_iris(out) {
+        // SAFETY: caller's offset.
+        return unsafe { copy_between(inp, off, out, std::ptr::null_mut(), n) };
+    }
+    // SAFETY: forwarding.
+    unsafe { real::sendfile(out, inp, off, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    inp: c_int,
+    off: *mut off64_t,
+    n: size_t,
+) -> ssize_t {
+    if fdtable::is_iris(inp) || fdtable::is_iris(out) {
+        // SAFETY: caller's offset.
+        return unsafe { copy_between(inp, off, out, std::ptr::null_mut(), n) };
+    }
+    // SAFETY: forwarding.
+    unsafe { real::sendfile64(out, inp, off, n) }
 }

@@ -1,37 +1,44 @@
-//! The fd table: which file descriptors are Iris files. Every Iris fd is backed by a real kernel
-//! fd (a placeholder open on /dev/null) so numbers never collide with the kernel's, and close,
-//! dup2 and close-on-exec keep working. The table maps the number to an open file description
-//! (inode, status flags, offset), shared by dup'ed fds as POSIX shares it.
+//! The fd table: which file descriptors are Iris files. Every Iris fd is a real kernel fd (the
+//! memfd carrying its description, see `description`) so numbers never collide with the
+//! kernel's, and close, dup2, close-on-exec and inheritance keep working. The table maps the
+//! number to this process's view of the open file description.
 //!
 //! Lookup is one atomic load: no lock, no system call on the hot path.
 
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use crate::description::Desc;
 
 /// Highest fd number Iris can serve (higher ones get EMFILE at open).
 pub(crate) const MAX_FDS: usize = 1 << 16;
 
-/// An open file description.
+/// An open file description, as this process sees it (the state lives in shared memory).
 pub(crate) struct OpenFile {
     pub ino: u64,
-    /// Status flags (O_ACCMODE | O_APPEND | O_NONBLOCK | ...).
-    pub flags: AtomicI32,
-    /// File offset; a lock because read/write must advance it atomically.
-    pub offset: Mutex<u64>,
     pub is_dir: bool,
+    pub desc: Desc,
+    /// Absolute path it was opened by (with the mount prefix), for fchdir; unknown if inherited.
+    pub path: Option<Vec<u8>>,
 }
 
 impl OpenFile {
+    pub fn flags(&self) -> i32 {
+        self.desc.shared().flags.load(Ordering::Relaxed)
+    }
+    pub fn set_flags(&self, flags: i32) {
+        self.desc.shared().flags.store(flags, Ordering::Relaxed)
+    }
     pub fn readable(&self) -> bool {
-        let acc = self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE;
+        let acc = self.flags() & libc::O_ACCMODE;
         acc == libc::O_RDONLY || acc == libc::O_RDWR
     }
     pub fn writable(&self) -> bool {
-        let acc = self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE;
+        let acc = self.flags() & libc::O_ACCMODE;
         acc == libc::O_WRONLY || acc == libc::O_RDWR
     }
     pub fn append(&self) -> bool {
-        self.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0
+        self.flags() & libc::O_APPEND != 0
     }
 }
 

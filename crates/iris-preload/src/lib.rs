@@ -8,10 +8,16 @@
 //! (libc's functions via `dlsym(RTLD_NEXT)`).
 
 mod calls;
+mod cwd;
+mod description;
+mod dirstream;
 mod errno;
 mod fdtable;
+mod inherit;
 mod real;
 mod route;
 mod state;
+mod stdio;
+mod xattr;
 
 pub use state::{default_volume, DEFAULT_MOUNT};

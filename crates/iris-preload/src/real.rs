@@ -465,3 +465,113 @@ real_fn!(
     fn(fd: c_int, t: *const libc::timespec) -> c_int,
     -1
 );
+real_fn!(
+    euidaccess,
+    "euidaccess",
+    fn(p: *const c_char, m: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    eaccess,
+    "eaccess",
+    fn(p: *const c_char, m: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    copy_file_range,
+    "copy_file_range",
+    fn(a: c_int, ao: *mut off64_t, b: c_int, bo: *mut off64_t, n: size_t, f: c_uint) -> ssize_t,
+    -1
+);
+real_fn!(
+    sendfile,
+    "sendfile",
+    fn(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    sendfile64,
+    "sendfile64",
+    fn(out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t,
+    -1
+);
+real_fn!(chdir, "chdir", fn(p: *const c_char) -> c_int, -1);
+real_fn!(fchdir, "fchdir", fn(fd: c_int) -> c_int, -1);
+real_fn!(
+    getcwd,
+    "getcwd",
+    fn(b: *mut c_char, n: size_t) -> *mut c_char,
+    std::ptr::null_mut()
+);
+real_fn!(
+    getxattr,
+    "getxattr",
+    fn(p: *const c_char, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    lgetxattr,
+    "lgetxattr",
+    fn(p: *const c_char, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    fgetxattr,
+    "fgetxattr",
+    fn(fd: c_int, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    setxattr,
+    "setxattr",
+    fn(p: *const c_char, n: *const c_char, v: *const c_void, s: size_t, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    lsetxattr,
+    "lsetxattr",
+    fn(p: *const c_char, n: *const c_char, v: *const c_void, s: size_t, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    fsetxattr,
+    "fsetxattr",
+    fn(fd: c_int, n: *const c_char, v: *const c_void, s: size_t, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    listxattr,
+    "listxattr",
+    fn(p: *const c_char, l: *mut c_char, s: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    llistxattr,
+    "llistxattr",
+    fn(p: *const c_char, l: *mut c_char, s: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    flistxattr,
+    "flistxattr",
+    fn(fd: c_int, l: *mut c_char, s: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    removexattr,
+    "removexattr",
+    fn(p: *const c_char, n: *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    lremovexattr,
+    "lremovexattr",
+    fn(p: *const c_char, n: *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    fremovexattr,
+    "fremovexattr",
+    fn(fd: c_int, n: *const c_char) -> c_int,
+    -1
+);

@@ -51,7 +51,14 @@ pub(crate) unsafe fn target_at(dirfd: i32, path: *const c_char) -> Target {
             None => Target::Host,
         };
     }
-    if dirfd != libc::AT_FDCWD {
+    if dirfd == libc::AT_FDCWD {
+        if let Some(ino) = crate::cwd::iris_cwd() {
+            return Target::Iris {
+                start: ino,
+                path: bytes.to_vec(),
+            };
+        }
+    } else {
         if let Some(f) = fdtable::get(dirfd) {
             return Target::Iris {
                 start: f.ino,

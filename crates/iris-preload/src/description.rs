@@ -1,0 +1,157 @@
+//! Open file descriptions that survive fork and exec. The placeholder behind an Iris fd is a
+//! memfd holding one page: the description's shared state (inode, status flags, file offset and
+//! the lock that orders offset updates). Every process holding an fd to it (after fork, dup,
+//! exec or SCM_RIGHTS) maps the same page, so offsets are shared exactly as POSIX shares them,
+//! and a new program image finds its inherited Iris fds by scanning /proc/self/fd for these memfds.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use crate::real;
+
+/// Name every description memfd carries ("/memfd:iris-desc (deleted)" in /proc/self/fd).
+pub(crate) const MEMFD_NAME: &std::ffi::CStr = c"iris-desc";
+const DESC_MAGIC: u64 = u64::from_le_bytes(*b"IRISDESC");
+const PAGE: usize = 4096;
+
+/// The shared page.
+#[repr(C)]
+pub(crate) struct SharedDesc {
+    magic: AtomicU64,
+    pub volume_id: AtomicU64,
+    pub ino: AtomicU64,
+    pub flags: AtomicI32,
+    pub is_dir: AtomicU32,
+    pub offset: AtomicU64,
+    /// Offset lock: 0 free, else the holder's pid.
+    lock: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<SharedDesc>() <= PAGE);
+
+/// A mapped description.
+pub(crate) struct Desc {
+    page: *mut SharedDesc,
+}
+
+// SAFETY: the page is shared memory accessed only through atomics.
+unsafe impl Send for Desc {}
+// SAFETY: as above.
+unsafe impl Sync for Desc {}
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped in `map`; no reference outlives the Desc.
+        unsafe { libc::munmap(self.page.cast(), PAGE) };
+    }
+}
+
+fn map(fd: i32) -> Option<Desc> {
+    // SAFETY: mapping one shared page of a memfd we own or inherited; checked for failure.
+    let p = unsafe {
+        real::mmap(
+            std::ptr::null_mut(),
+            PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    Some(Desc { page: p.cast() })
+}
+
+impl Desc {
+    /// Create a description for `ino`; returns the memfd (the fd number the caller hands out).
+    pub fn create(
+        volume_id: u64,
+        ino: u64,
+        flags: i32,
+        is_dir: bool,
+        cloexec: bool,
+    ) -> Result<(i32, Desc), i32> {
+        let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
+        // SAFETY: a NUL-terminated name; memfd_create has no memory side effects.
+        let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), mfd_flags) };
+        if fd < 0 {
+            return Err(last_errno());
+        }
+        // SAFETY: sizing our own new memfd.
+        if unsafe { libc::ftruncate(fd, PAGE as i64) } != 0 {
+            let e = last_errno();
+            // SAFETY: closing our own fd.
+            unsafe { real::close(fd) };
+            return Err(e);
+        }
+        let Some(d) = map(fd) else {
+            let e = last_errno();
+            // SAFETY: closing our own fd.
+            unsafe { real::close(fd) };
+            return Err(e);
+        };
+        let s = d.shared();
+        s.volume_id.store(volume_id, Ordering::Relaxed);
+        s.ino.store(ino, Ordering::Relaxed);
+        s.flags.store(flags, Ordering::Relaxed);
+        s.is_dir.store(u32::from(is_dir), Ordering::Relaxed);
+        s.offset.store(0, Ordering::Relaxed);
+        s.magic.store(DESC_MAGIC, Ordering::Release);
+        Ok((fd, d))
+    }
+
+    /// Adopt an inherited fd if it is a description of volume `volume_id`.
+    pub fn adopt(fd: i32, volume_id: u64) -> Option<Desc> {
+        let d = map(fd)?;
+        let s = d.shared();
+        (s.magic.load(Ordering::Acquire) == DESC_MAGIC
+            && s.volume_id.load(Ordering::Relaxed) == volume_id)
+            .then_some(d)
+    }
+
+    /// The shared state.
+    pub fn shared(&self) -> &SharedDesc {
+        // SAFETY: `page` maps PAGE bytes for the Desc's life; SharedDesc is all atomics.
+        unsafe { &*self.page }
+    }
+
+    /// Run `f` with the offset locked against every process sharing the description.
+    pub fn with_offset<R>(&self, f: impl FnOnce(&mut u64) -> R) -> R {
+        let s = self.shared();
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() } as u32;
+        let mut spins = 0u32;
+        while s
+            .lock
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins.is_multiple_of(1024) {
+                let holder = s.lock.load(Ordering::Relaxed);
+                // A holder killed mid-update must not wedge the others: take the lock over.
+                // SAFETY: kill with signal 0 only checks existence.
+                if holder != 0 && unsafe { libc::kill(holder as i32, 0) } != 0 {
+                    let _ = s
+                        .lock
+                        .compare_exchange(holder, 0, Ordering::AcqRel, Ordering::Relaxed);
+                }
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let mut off = s.offset.load(Ordering::Relaxed);
+        let r = f(&mut off);
+        s.offset.store(off, Ordering::Relaxed);
+        s.lock.store(0, Ordering::Release);
+        r
+    }
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}

@@ -1,0 +1,69 @@
+//! Start-up of a program image: find the Iris fds it inherited across exec (the description
+//! memfds, see `description`), put them back in the fd table, and switch the standard streams of
+//! any of fds 0-2 that are Iris files.
+
+use std::sync::Arc;
+
+use crate::description::Desc;
+use crate::fdtable::{self, OpenFile};
+use crate::state::{self, Busy};
+
+/// Runs before `main` (from `.init_array`).
+extern "C" fn on_load() {
+    let _b = Busy::enter();
+    crate::cwd::adopt_pwd();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if target
+            .as_os_str()
+            .as_encoded_bytes()
+            .starts_with(b"/memfd:iris-desc")
+        {
+            found.push(fd);
+        }
+    }
+    if found.is_empty() {
+        return;
+    }
+    let Some(fs) = state::fs() else { return };
+    let volume_id = fs.store().volume_id();
+    for fd in found {
+        let Some(desc) = Desc::adopt(fd, volume_id) else {
+            continue;
+        };
+        let s = desc.shared();
+        let ino = s.ino.load(std::sync::atomic::Ordering::Relaxed);
+        let is_dir = s.is_dir.load(std::sync::atomic::Ordering::Relaxed) != 0;
+        fs.retain(ino);
+        fdtable::install(
+            fd,
+            Arc::new(OpenFile {
+                ino,
+                is_dir,
+                desc,
+                path: None,
+            }),
+        );
+    }
+    drop(_b);
+    for fd in 0..3 {
+        crate::stdio::sync_std_stream(fd);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
