@@ -130,3 +130,94 @@ fn fio_random_write_then_read_verifies() {
     }
     v.fsck_clean();
 }
+
+#[test]
+fn shell_and_coreutils() {
+    let v = Volume::new("shell");
+    // Redirection and append (a subshell's two writes share one offset), dd with seek.
+    let out = v.sh_ok(
+        "echo hello > /iris/x; echo more >> /iris/x; (echo a; echo b) > /iris/y; cat /iris/x /iris/y; \
+         printf 'abc\\n' | dd of=/iris/f bs=1 seek=5 2>/dev/null; stat -c %s /iris/f; od -c /iris/f | head -1",
+    );
+    assert!(out.starts_with("hello\nmore\na\nb\n9\n"), "{out}");
+    assert!(
+        out.contains("\\0  \\0  \\0  \\0  \\0   a   b   c  \\n"),
+        "{out}"
+    );
+    // Directories: mkdir -p, touch, find, du, cp -r, mv, ls -l, rm -r.
+    let out = v.sh_ok(
+        "mkdir -p /iris/a/b/c && touch /iris/a/b/c/f1 /iris/a/f2 && find /iris/a | sort && \
+         cp -r /iris/a /iris/acopy && mv /iris/acopy /iris/moved && ls -l /iris/moved/b/c | wc -l && \
+         du -a /iris/moved | wc -l && rm -r /iris/moved /iris/a && ls /iris",
+    );
+    assert_eq!(
+        out,
+        "/iris/a\n/iris/a/b\n/iris/a/b/c\n/iris/a/b/c/f1\n/iris/a/f2\n2\n5\nf\nx\ny\n"
+    );
+    // truncate, sort -o, gzip/gunzip, cd into Iris and relative paths.
+    let out = v.sh_ok(
+        "seq 1 2000 > /iris/n && truncate -s 20 /iris/n && sort -r /iris/y -o /iris/z && cat /iris/z && \
+         gzip /iris/n && ls /iris/n.gz && gunzip /iris/n.gz && wc -c < /iris/n && \
+         cd /iris && mkdir q && cd q && echo inq > rel && pwd && cat /iris/q/rel",
+    );
+    assert_eq!(out, "b\na\n/iris/n.gz\n20\n/iris/q\ninq\n");
+}
+
+#[test]
+fn tar_round_trip() {
+    let v = Volume::new("tar");
+    let src = PathBuf::from(format!("/dev/shm/iris-e2e-tar-{}", std::process::id()));
+    std::fs::create_dir_all(src.join("sub")).expect("mkdir");
+    std::fs::write(src.join("a"), "one\n").expect("write");
+    std::fs::write(
+        src.join("sub/b"),
+        (0..20000).map(|i| format!("{i}\n")).collect::<String>(),
+    )
+    .expect("write");
+    std::os::unix::fs::symlink("a", src.join("link")).expect("symlink");
+    let name = src.file_name().and_then(|n| n.to_str()).expect("name");
+    let out = v.sh_ok(&format!(
+        "cd /dev/shm && tar cf /iris/t.tar {name} && mkdir /iris/x && tar xf /iris/t.tar -C /iris/x && \
+         diff -r /dev/shm/{name} /iris/x/{name} && tar cf - -C /iris/x {name} | tar tf - | sort | head -3"
+    ));
+    assert_eq!(out, format!("{name}/\n{name}/a\n{name}/link\n"));
+    std::fs::remove_dir_all(&src).ok();
+    v.fsck_clean();
+}
+
+#[test]
+fn git_in_an_iris_directory() {
+    let v = Volume::new("git");
+    let out = v.sh_ok(
+        "mkdir /iris/repo && cd /iris/repo && git init -q . && echo hi > f && git add f && \
+         git -c user.email=a@b -c user.name=n commit -qm first && echo more >> f && \
+         git status --short && git -c user.email=a@b -c user.name=n commit -qam second && \
+         git log --oneline | wc -l && git gc -q && git fsck --no-progress && echo ok",
+    );
+    assert_eq!(out, " M f\n2\nok\n");
+}
+
+#[test]
+fn python_file_io() {
+    let v = Volume::new("python");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import os, shutil, tempfile
+os.makedirs("/iris/py/d", exist_ok=True)
+open("/iris/py/d/f", "w").write("x" * 10000)
+os.rename("/iris/py/d/f", "/iris/py/d/g")
+print(os.listdir("/iris/py/d"))
+shutil.copytree("/iris/py/d", "/iris/py/e")
+print(sorted(os.listdir("/iris/py/e")), len(open("/iris/py/e/g").read()))
+with tempfile.NamedTemporaryFile(dir="/iris/py", delete=False) as t:
+    t.write(b"tmp")
+print(open(t.name, "rb").read(), os.path.dirname(t.name))
+os.setxattr("/iris/py/e/g", "user.k", b"v")
+print(os.getxattr("/iris/py/e/g", "user.k"), os.listxattr("/iris/py/e/g"))
+'"#,
+    );
+    assert_eq!(
+        out,
+        "['g']\n['g'] 10000\nb'tmp' /iris/py\nb'v' ['user.k']\n"
+    );
+}

@@ -14,6 +14,7 @@ mod dirstream;
 mod errno;
 mod fdtable;
 mod inherit;
+mod more;
 mod real;
 mod route;
 mod state;

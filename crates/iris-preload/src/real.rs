@@ -575,3 +575,145 @@ real_fn!(
     fn(fd: c_int, n: *const c_char) -> c_int,
     -1
 );
+real_fn!(
+    fchmodat,
+    "fchmodat",
+    fn(d: c_int, p: *const c_char, m: mode_t, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    fchownat,
+    "fchownat",
+    fn(d: c_int, p: *const c_char, u: libc::uid_t, g: libc::gid_t, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    linkat,
+    "linkat",
+    fn(da: c_int, a: *const c_char, db: c_int, b: *const c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    symlinkat,
+    "symlinkat",
+    fn(t: *const c_char, d: c_int, p: *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    readlinkat,
+    "readlinkat",
+    fn(d: c_int, p: *const c_char, b: *mut c_char, n: size_t) -> ssize_t,
+    -1
+);
+real_fn!(
+    utimes,
+    "utimes",
+    fn(p: *const c_char, t: *const libc::timeval) -> c_int,
+    -1
+);
+real_fn!(
+    lutimes,
+    "lutimes",
+    fn(p: *const c_char, t: *const libc::timeval) -> c_int,
+    -1
+);
+real_fn!(
+    futimes,
+    "futimes",
+    fn(fd: c_int, t: *const libc::timeval) -> c_int,
+    -1
+);
+real_fn!(
+    utime,
+    "utime",
+    fn(p: *const c_char, t: *const libc::utimbuf) -> c_int,
+    -1
+);
+real_fn!(mkstemp, "mkstemp", fn(t: *mut c_char) -> c_int, -1);
+real_fn!(mkstemp64, "mkstemp64", fn(t: *mut c_char) -> c_int, -1);
+real_fn!(
+    mkostemp,
+    "mkostemp",
+    fn(t: *mut c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    mkostemp64,
+    "mkostemp64",
+    fn(t: *mut c_char, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    mkstemps,
+    "mkstemps",
+    fn(t: *mut c_char, s: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    mkstemps64,
+    "mkstemps64",
+    fn(t: *mut c_char, s: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    mkostemps,
+    "mkostemps",
+    fn(t: *mut c_char, s: c_int, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    mkostemps64,
+    "mkostemps64",
+    fn(t: *mut c_char, s: c_int, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    mkdtemp,
+    "mkdtemp",
+    fn(t: *mut c_char) -> *mut c_char,
+    std::ptr::null_mut()
+);
+real_fn!(
+    statfs,
+    "statfs",
+    fn(p: *const c_char, b: *mut libc::statfs) -> c_int,
+    -1
+);
+real_fn!(
+    fstatfs,
+    "fstatfs",
+    fn(fd: c_int, b: *mut libc::statfs) -> c_int,
+    -1
+);
+real_fn!(
+    statvfs,
+    "statvfs",
+    fn(p: *const c_char, b: *mut libc::statvfs) -> c_int,
+    -1
+);
+real_fn!(
+    fstatvfs,
+    "fstatvfs",
+    fn(fd: c_int, b: *mut libc::statvfs) -> c_int,
+    -1
+);
+real_fn!(syncfs, "syncfs", fn(fd: c_int) -> c_int, -1);
+real_fn!(
+    sync_file_range,
+    "sync_file_range",
+    fn(fd: c_int, o: off64_t, n: off64_t, f: c_uint) -> c_int,
+    -1
+);
+real_fn!(flock, "flock", fn(fd: c_int, op: c_int) -> c_int, -1);
+real_fn!(
+    close_range,
+    "close_range",
+    fn(a: c_uint, b: c_uint, f: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    realpath,
+    "realpath",
+    fn(p: *const c_char, r: *mut c_char) -> *mut c_char,
+    std::ptr::null_mut()
+);

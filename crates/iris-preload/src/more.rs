@@ -1,0 +1,555 @@
+//! The `*at` variants not covered in `calls`, the old time setters, temporary files, statfs,
+//! sync calls, flock and close_range.
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::CStr;
+
+use iris_fs::{Errno, Fs};
+use libc::{c_char, c_int, c_uint, mode_t, off64_t, size_t, ssize_t};
+
+use crate::errno::{fail, set};
+use crate::fdtable;
+use crate::real;
+use crate::route::{target, target_at, Target};
+use crate::state::{self, cred, Busy};
+
+fn op(f: impl FnOnce(&Fs) -> Result<(), Errno>) -> c_int {
+    let _b = Busy::enter();
+    match state::fs().ok_or(Errno::EIO).and_then(f) {
+        Ok(()) => 0,
+        Err(e) => fail(e.0),
+    }
+}
+
+/// # Safety
+/// `p` a valid C string.
+unsafe fn bytes<'a>(p: *const c_char) -> &'a [u8] {
+    // SAFETY: per the contract.
+    unsafe { CStr::from_ptr(p) }.to_bytes()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => op(|fs| {
+            let c = cred();
+            let ino = fs.resolve(&c, start, &path, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
+            if flags & libc::AT_SYMLINK_NOFOLLOW != 0 && fs.getattr(ino)?.is_symlink() {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            fs.chmod(&c, ino, mode)
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::fchmodat(dirfd, path, mode, flags) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    path: *const c_char,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: caller's path (may be empty with AT_EMPTY_PATH).
+    if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() && unsafe { *path } == 0 {
+        if let Some(f) = fdtable::get(dirfd) {
+            return op(|fs| fs.chown(&cred(), f.ino, uid, gid));
+        }
+    }
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => op(|fs| {
+            let c = cred();
+            let ino = fs.resolve(&c, start, &path, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
+            fs.chown(&c, ino, uid, gid)
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::fchownat(dirfd, path, uid, gid, flags) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: caller's paths.
+    match unsafe { (target_at(da, a), target_at(db, b)) } {
+        (
+            Target::Iris {
+                start: sa,
+                path: pa,
+            },
+            Target::Iris {
+                start: sb,
+                path: pb,
+            },
+        ) => op(|fs| {
+            fs.link(
+                &cred(),
+                sa,
+                &pa,
+                sb,
+                &pb,
+                flags & libc::AT_SYMLINK_FOLLOW != 0,
+            )
+        }),
+        // SAFETY: forwarding.
+        (Target::Host, Target::Host) => unsafe { real::linkat(da, a, db, b, flags) },
+        _ => fail(libc::EXDEV),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(t: *const c_char, dirfd: c_int, p: *const c_char) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, p) } {
+        Target::Iris { start, path } => {
+            if t.is_null() {
+                return fail(libc::EFAULT);
+            }
+            // SAFETY: caller's target string.
+            let tb = unsafe { bytes(t) }.to_vec();
+            op(|fs| fs.symlink(&cred(), &tb, start, &path).map(|_| ()))
+        }
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::symlinkat(t, dirfd, p) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    p: *const c_char,
+    buf: *mut c_char,
+    n: size_t,
+) -> ssize_t {
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, p) } {
+        Target::Iris { start, path } => {
+            let _b = Busy::enter();
+            match state::fs()
+                .ok_or(Errno::EIO)
+                .and_then(|fs| fs.readlink(&cred(), start, &path))
+            {
+                Ok(t) => {
+                    let k = t.len().min(n);
+                    // SAFETY: the caller's buffer of n >= k bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast(), k) };
+                    k as ssize_t
+                }
+                Err(e) => fail(e.0),
+            }
+        }
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::readlinkat(dirfd, p, buf, n) },
+    }
+}
+
+fn tv_ns(t: &libc::timeval) -> i64 {
+    t.tv_sec * 1_000_000_000 + t.tv_usec * 1000
+}
+
+/// Set times from an optional pair of timevals (NULL = now).
+fn set_times(fs: &Fs, ino: u64, tv: Option<(i64, i64)>) -> Result<(), Errno> {
+    match tv {
+        Some((a, m)) => fs.utimens(&cred(), ino, Some(a), Some(m), true),
+        None => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i64)
+                .unwrap_or(0);
+            fs.utimens(&cred(), ino, Some(now), Some(now), false)
+        }
+    }
+}
+
+/// # Safety
+/// `t` NULL or two timevals.
+unsafe fn tv_pair(t: *const libc::timeval) -> Option<(i64, i64)> {
+    // SAFETY: per the contract.
+    (!t.is_null()).then(|| unsafe { (tv_ns(&*t), tv_ns(&*t.add(1))) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimes(p: *const c_char, t: *const libc::timeval) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(p) } {
+        Target::Iris { start, path } => op(|fs| {
+            let ino = fs.resolve(&cred(), start, &path, true)?;
+            // SAFETY: caller's times.
+            set_times(fs, ino, unsafe { tv_pair(t) })
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::utimes(p, t) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lutimes(p: *const c_char, t: *const libc::timeval) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(p) } {
+        Target::Iris { start, path } => op(|fs| {
+            let ino = fs.resolve(&cred(), start, &path, false)?;
+            // SAFETY: caller's times.
+            set_times(fs, ino, unsafe { tv_pair(t) })
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::lutimes(p, t) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimes(fd: c_int, t: *const libc::timeval) -> c_int {
+    match fdtable::get(fd) {
+        // SAFETY: caller's times.
+        Some(f) => op(|fs| set_times(fs, f.ino, unsafe { tv_pair(t) })),
+        // SAFETY: forwarding.
+        None => unsafe { real::futimes(fd, t) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utime(p: *const c_char, t: *const libc::utimbuf) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(p) } {
+        Target::Iris { start, path } => op(|fs| {
+            let ino = fs.resolve(&cred(), start, &path, true)?;
+            // SAFETY: caller's utimbuf.
+            let tv = (!t.is_null())
+                .then(|| unsafe { ((*t).actime * 1_000_000_000, (*t).modtime * 1_000_000_000) });
+            set_times(fs, ino, tv)
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::utime(p, t) },
+    }
+}
+
+/// Fill the X's before `suffix_len` trailing bytes of `template` and create the file (or
+/// directory) in Iris, retrying on collisions as glibc does.
+///
+/// # Safety
+/// `template` a writable C string.
+unsafe fn make_temp(template: *mut c_char, suffix_len: c_int, flags: c_int, dir: bool) -> c_int {
+    // SAFETY: per the contract.
+    let len = unsafe { libc::strlen(template) };
+    let suffix = usize::try_from(suffix_len).unwrap_or(usize::MAX);
+    if suffix > len || len - suffix < 6 {
+        return fail(libc::EINVAL);
+    }
+    let xs = len - suffix - 6;
+    // SAFETY: within the string.
+    let t = unsafe { std::slice::from_raw_parts_mut(template.cast::<u8>(), len) };
+    if &t[xs..xs + 6] != b"XXXXXX" {
+        return fail(libc::EINVAL);
+    }
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7)
+        ^ (u64::from(std::process::id()) << 20)
+        ^ (template as u64);
+    for _ in 0..1000 {
+        for c in t[xs..xs + 6].iter_mut() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            *c = CHARS[(seed % CHARS.len() as u64) as usize];
+        }
+        let r = if dir {
+            // SAFETY: our own mkdir on the filled template.
+            unsafe { crate::calls::mkdir(template, 0o700) }
+        } else {
+            // SAFETY: our own open on the filled template.
+            unsafe {
+                crate::calls::open(
+                    template,
+                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | (flags & !libc::O_ACCMODE),
+                    0o600,
+                )
+            }
+        };
+        // SAFETY: reading errno.
+        if r >= 0 || unsafe { *libc::__errno_location() } != libc::EEXIST {
+            return r;
+        }
+    }
+    fail(libc::EEXIST)
+}
+
+macro_rules! mkstemp_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(t: *mut c_char) -> c_int {
+            // SAFETY: caller's template.
+            match unsafe { target(t) } {
+                // SAFETY: caller's template.
+                Target::Iris { .. } => unsafe { make_temp(t, 0, 0, false) },
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(t) },
+            }
+        }
+    };
+}
+mkstemp_fn!(mkstemp, mkstemp);
+mkstemp_fn!(mkstemp64, mkstemp64);
+
+macro_rules! mkostemp_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(t: *mut c_char, flags: c_int) -> c_int {
+            // SAFETY: caller's template.
+            match unsafe { target(t) } {
+                // SAFETY: caller's template.
+                Target::Iris { .. } => unsafe { make_temp(t, 0, flags, false) },
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(t, flags) },
+            }
+        }
+    };
+}
+mkostemp_fn!(mkostemp, mkostemp);
+mkostemp_fn!(mkostemp64, mkostemp64);
+
+macro_rules! mkstemps_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(t: *mut c_char, s: c_int) -> c_int {
+            // SAFETY: caller's template.
+            match unsafe { target(t) } {
+                // SAFETY: caller's template.
+                Target::Iris { .. } => unsafe { make_temp(t, s, 0, false) },
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(t, s) },
+            }
+        }
+    };
+}
+mkstemps_fn!(mkstemps, mkstemps);
+mkstemps_fn!(mkstemps64, mkstemps64);
+
+macro_rules! mkostemps_fn {
+    ($name:ident, $real:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(t: *mut c_char, s: c_int, flags: c_int) -> c_int {
+            // SAFETY: caller's template.
+            match unsafe { target(t) } {
+                // SAFETY: caller's template.
+                Target::Iris { .. } => unsafe { make_temp(t, s, flags, false) },
+                // SAFETY: forwarding.
+                Target::Host => unsafe { real::$real(t, s, flags) },
+            }
+        }
+    };
+}
+mkostemps_fn!(mkostemps, mkostemps);
+mkostemps_fn!(mkostemps64, mkostemps64);
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdtemp(t: *mut c_char) -> *mut c_char {
+    // SAFETY: caller's template.
+    match unsafe { target(t) } {
+        // SAFETY: caller's template.
+        Target::Iris { .. } => {
+            if unsafe { make_temp(t, 0, 0, true) } == 0 {
+                t
+            } else {
+                std::ptr::null_mut()
+            }
+        }
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::mkdtemp(t) },
+    }
+}
+
+fn fill_statfs(fs: &Fs, out: &mut libc::statfs) -> Result<(), Errno> {
+    let st = fs.statfs()?;
+    // SAFETY: all-zero is a valid statfs.
+    *out = unsafe { std::mem::zeroed() };
+    out.f_type = 0x4952_4953; // "IRIS"
+    out.f_bsize = st.block_size as _;
+    out.f_frsize = st.block_size as _;
+    out.f_blocks = st.blocks;
+    out.f_bfree = st.blocks_free;
+    out.f_bavail = st.blocks_free;
+    out.f_files = st.files + st.blocks_free;
+    out.f_ffree = st.blocks_free;
+    out.f_namelen = iris_fs::NAME_MAX as _;
+    Ok(())
+}
+
+fn fill_statvfs(fs: &Fs, out: &mut libc::statvfs) -> Result<(), Errno> {
+    let st = fs.statfs()?;
+    // SAFETY: all-zero is a valid statvfs.
+    *out = unsafe { std::mem::zeroed() };
+    out.f_bsize = st.block_size as _;
+    out.f_frsize = st.block_size as _;
+    out.f_blocks = st.blocks;
+    out.f_bfree = st.blocks_free;
+    out.f_bavail = st.blocks_free;
+    out.f_files = st.files + st.blocks_free;
+    out.f_ffree = st.blocks_free;
+    out.f_favail = st.blocks_free;
+    out.f_fsid = st.fsid as _;
+    out.f_namemax = iris_fs::NAME_MAX as _;
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statfs(p: *const c_char, b: *mut libc::statfs) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(p) } {
+        Target::Iris { start, path } => op(|fs| {
+            fs.resolve(&cred(), start, &path, true)?;
+            // SAFETY: caller's buffer.
+            fill_statfs(fs, unsafe { &mut *b })
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::statfs(p, b) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatfs(fd: c_int, b: *mut libc::statfs) -> c_int {
+    if fdtable::is_iris(fd) {
+        // SAFETY: caller's buffer.
+        return op(|fs| fill_statfs(fs, unsafe { &mut *b }));
+    }
+    // SAFETY: forwarding.
+    unsafe { real::fstatfs(fd, b) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statvfs(p: *const c_char, b: *mut libc::statvfs) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target(p) } {
+        Target::Iris { start, path } => op(|fs| {
+            fs.resolve(&cred(), start, &path, true)?;
+            // SAFETY: caller's buffer.
+            fill_statvfs(fs, unsafe { &mut *b })
+        }),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::statvfs(p, b) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatvfs(fd: c_int, b: *mut libc::statvfs) -> c_int {
+    if fdtable::is_iris(fd) {
+        // SAFETY: caller's buffer.
+        return op(|fs| fill_statvfs(fs, unsafe { &mut *b }));
+    }
+    // SAFETY: forwarding.
+    unsafe { real::fstatvfs(fd, b) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    if fdtable::is_iris(fd) {
+        return op(|fs| fs.sync());
+    }
+    // SAFETY: forwarding.
+    unsafe { real::syncfs(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sync_file_range(
+    fd: c_int,
+    off: off64_t,
+    n: off64_t,
+    flags: c_uint,
+) -> c_int {
+    if fdtable::is_iris(fd) {
+        if flags & libc::SYNC_FILE_RANGE_WRITE != 0 && flags & libc::SYNC_FILE_RANGE_WAIT_AFTER != 0
+        {
+            return op(|fs| fs.sync());
+        }
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::sync_file_range(fd, off, n, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn flock(fd: c_int, operation: c_int) -> c_int {
+    if fdtable::is_iris(fd) {
+        // Locks between processes are not served yet (see the interposer issue); within one
+        // process flock is granted, as it would be for a single holder.
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::flock(fd, operation) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        let top = last.min(crate::fdtable::MAX_FDS as c_uint - 1);
+        for fd in first..=top {
+            if fdtable::is_iris(fd as c_int) {
+                // SAFETY: closing an fd in the caller's range.
+                unsafe { crate::calls::close(fd as c_int) };
+            }
+        }
+    }
+    // SAFETY: forwarding.
+    unsafe { real::close_range(first, last, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn realpath(p: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    // SAFETY: caller's path.
+    let Target::Iris { start, path } = (unsafe { target(p) }) else {
+        // SAFETY: forwarding.
+        return unsafe { real::realpath(p, resolved) };
+    };
+    let _b = Busy::enter();
+    let Some(fs) = state::fs() else {
+        set(libc::EIO);
+        return std::ptr::null_mut();
+    };
+    // Resolve for existence (and errors), then build the canonical path lexically from the
+    // components, following symlinks by resolving each prefix.
+    if let Err(e) = fs.resolve(&cred(), start, &path, true) {
+        set(e.0);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: caller's path.
+    let raw = unsafe { bytes(p) };
+    let Some(abs) = crate::cwd::absolute(raw) else {
+        set(libc::ENOENT);
+        return std::ptr::null_mut();
+    };
+    let n = abs.len() + 1;
+    if n > libc::PATH_MAX as usize {
+        set(libc::ENAMETOOLONG);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: writing the result into the caller's PATH_MAX buffer or a malloc'd one.
+    unsafe {
+        let out = if resolved.is_null() {
+            libc::malloc(n) as *mut c_char
+        } else {
+            resolved
+        };
+        if out.is_null() {
+            set(libc::ENOMEM);
+            return std::ptr::null_mut();
+        }
+        std::ptr::copy_nonoverlapping(abs.as_ptr().cast(), out, abs.len());
+        *out.add(abs.len()) = 0;
+        out
+    }
+}
