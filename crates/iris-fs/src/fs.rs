@@ -14,7 +14,7 @@ use iris_store::{CreateOptions, Key, OpenOptions, Store, Tx, View};
 use crate::cred::{Cred, W_OK, X_OK};
 use crate::dirent::{self, DirEntry};
 use crate::errno::{Errno, FsResult};
-use crate::inode::{now_ns, Inode, INODE_BYTES};
+use crate::inode::{self, now_ns, Inode, INODE_BYTES};
 use crate::keys::{key, name_hash, offset_of, Kind, MAX_OFFSET};
 use crate::xattr;
 
@@ -659,31 +659,42 @@ impl Fs {
             // One block: data, then size and times (see the module doc for why this order).
             let in_block = (off % bs) as usize;
             let new_block = Cell::new(false);
-            let old_len = self
-                .store
-                .get_with(key(ino, Kind::Data, first), |v| v.len())
-                .map_err(store_err)?;
-            let new_len = old_len.unwrap_or(0).max(in_block + data.len());
+            let end_in_block = in_block + data.len();
             self.store
-                .put_with(key(ino, Kind::Data, first), new_len, |old, out| {
-                    let have = old.map_or(0, |o| o.len().min(new_len));
-                    if let Some(o) = old {
-                        out[..have].copy_from_slice(&o[..have]);
-                    } else {
-                        new_block.set(true);
+                .put_sized(
+                    key(ino, Kind::Data, first),
+                    |old_len| old_len.unwrap_or(0).max(end_in_block),
+                    |old, out| {
+                        let have = old.map_or(0, |o| o.len().min(out.len()));
+                        match old {
+                            // The write covers all the old bytes: nothing to keep.
+                            Some(_) if in_block == 0 && end_in_block >= have => {}
+                            Some(o) => out[..have].copy_from_slice(&o[..have]),
+                            None => new_block.set(true),
+                        }
+                        if in_block > have {
+                            out[have..in_block].fill(0);
+                        }
+                        out[in_block..end_in_block].copy_from_slice(data);
+                    },
+                )
+                .map_err(store_err)?;
+            let found = self
+                .store
+                .patch_with(key(ino, Kind::Inode, 0), |rec, p| {
+                    if let Ok(i) = Inode::decode(ino, rec) {
+                        p.set(inode::SIZE_OFF, i.size.max(end));
+                        p.set(inode::MTIME_OFF, now as u64);
+                        p.set(inode::CTIME_OFF, now as u64);
+                        if new_block.get() {
+                            p.set(inode::BLOCKS_OFF, i.blocks + 1);
+                        }
                     }
-                    out[have..].fill(0);
-                    out[in_block..in_block + data.len()].copy_from_slice(data);
                 })
                 .map_err(store_err)?;
-            self.update_inode(ino, |i| {
-                i.size = i.size.max(end);
-                i.mtime_ns = now;
-                i.ctime_ns = now;
-                if new_block.get() {
-                    i.blocks += 1;
-                }
-            })?;
+            if !found {
+                return Err(Errno::ENOENT);
+            }
             return Ok(data.len());
         }
         self.tx(|tx| {

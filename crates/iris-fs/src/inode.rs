@@ -3,6 +3,12 @@
 
 use crate::errno::{Errno, FsResult};
 
+/// Byte offsets of the fields the write path patches in place (see `encode`).
+pub(crate) const SIZE_OFF: usize = 16;
+pub(crate) const MTIME_OFF: usize = 32;
+pub(crate) const CTIME_OFF: usize = 40;
+pub(crate) const BLOCKS_OFF: usize = 56;
+
 /// Bytes of an encoded inode record.
 pub(crate) const INODE_BYTES: usize = 88;
 

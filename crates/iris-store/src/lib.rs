@@ -24,7 +24,7 @@ pub use error::{Result, StoreError};
 pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
-    kernel_boot_id, CreateOptions, Op, OpenOptions, SnapshotView, Stats, Store, TreeShape, Tx,
-    VerifyReport, View,
+    kernel_boot_id, CreateOptions, Op, OpenOptions, Patch, SnapshotView, Stats, Store, TreeShape,
+    Tx, VerifyReport, View,
 };
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

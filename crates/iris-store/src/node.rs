@@ -221,12 +221,20 @@ impl Node {
         }
     }
 
-    /// Check every slot's value bounds (before a leaf is copied, so corruption is not spread).
-    pub fn check_values(&self) -> Result<()> {
-        for i in 0..self.count {
-            self.value(i)?;
+    /// Heap bytes slot `i` claims (for sizing a rebuild; validated when the slot is copied).
+    #[inline]
+    pub fn raw_heap_bytes(&self, i: u16) -> u64 {
+        let at = self.slot_off(i);
+        if self.region.read_u32(at + 36) & FLAG_BLOCK != 0 {
+            0
+        } else {
+            u64::from(self.region.read_u32(at + 32))
         }
-        Ok(())
+    }
+
+    /// Byte offset in the volume of slot `i`'s inline value (checked by `value` first).
+    pub fn inline_value_off(&self, i: u16) -> u64 {
+        self.off + self.region.read_u64(self.slot_off(i) + 16)
     }
 
     /// Bytes of the value `v` (inline bytes or the data block's prefix).

@@ -63,6 +63,26 @@ pub enum Op<'a> {
     Delete(Key),
 }
 
+/// Up to eight 8-byte words to overwrite in a value (see [`Store::patch_with`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Patch {
+    words: [(usize, u64); 8],
+    count: usize,
+}
+
+impl Patch {
+    /// Set the little-endian u64 at byte `offset` to `value`. At most eight words per patch;
+    /// more are ignored (callers patch fixed records).
+    pub fn set(&mut self, offset: usize, value: u64) {
+        if let Some(slot) = self.words.get_mut(self.count) {
+            *slot = (offset, value);
+            self.count += 1;
+        } else {
+            debug_assert!(false, "more than eight words in one patch");
+        }
+    }
+}
+
 /// Counters and sizes, cheap to read (no tree walk).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stats {
@@ -450,42 +470,64 @@ impl Store {
         len: usize,
         fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
     ) -> Result<()> {
+        self.put_sized(key, |_| len, fill)
+    }
+
+    /// Like [`Store::put_with`], the new length chosen from the old value's (`None` if absent).
+    pub fn put_sized(
+        &self,
+        key: Key,
+        len_of: impl FnOnce(Option<usize>) -> usize,
+        fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
+    ) -> Result<()> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        if len > inner.layout.block_size as usize {
-            return Err(StoreError::Invalid(format!(
-                "value of {len} bytes exceeds the block size"
-            )));
-        }
         let mut fill = Some(fill);
+        let mut len_of = Some(len_of);
+        let mut len = None;
         for attempt in 0..2 {
             let g = inner.lock()?;
             let cx = inner.cx();
             let mut txn = Txn::begin(cx, false);
             let r = (|| {
-                let old = cx.lookup(inner.header.working_root(), key)?;
+                let spot = txn.locate(key)?;
+                let old = txn.value_at(&spot)?;
                 let old_bytes = old.map(|v| Node::value_bytes(&inner.region, &inner.layout, v));
-                let f = fill
-                    .take()
-                    .ok_or(StoreError::Invalid("retry without filler".into()))?;
+                let len = match len {
+                    Some(l) => l,
+                    None => {
+                        let f = len_of
+                            .take()
+                            .ok_or(StoreError::Invalid("length asked twice".into()))?;
+                        let l = f(old_bytes.map(<[u8]>::len));
+                        len = Some(l);
+                        l
+                    }
+                };
+                if len > inner.layout.block_size as usize {
+                    return Err(StoreError::Invalid(format!(
+                        "value of {len} bytes exceeds the block size"
+                    )));
+                }
                 if len <= inner.facts.inline_max as usize {
+                    let f = fill
+                        .take()
+                        .ok_or(StoreError::Invalid("retry without filler".into()))?;
                     let mut tmp = [0u8; MAX_BLOCK_SIZE as usize / 4];
                     f(old_bytes, &mut tmp[..len]);
-                    txn.put(key, Val::Inline(&tmp[..len]))
+                    txn.put_at(&spot, key, Val::Inline(&tmp[..len]))
                 } else {
-                    let (block, gen) = match txn.alloc_data() {
-                        Ok(b) => b,
-                        Err(e) => {
-                            fill = Some(f);
-                            return Err(e);
-                        }
-                    };
+                    let (block, gen) = txn.alloc_data()?;
+                    let f = fill
+                        .take()
+                        .ok_or(StoreError::Invalid("retry without filler".into()))?;
                     let out = inner
                         .region
                         .bytes_mut(inner.layout.offset(block), len as u64);
                     f(old_bytes, out);
                     inner.latency.on_write(1);
-                    txn.put(
+                    txn.put_at(
+                        &spot,
                         key,
                         Val::Block {
                             block,
@@ -515,6 +557,66 @@ impl Store {
             }
         }
         Err(StoreError::NoSpace)
+    }
+
+    /// Update 8-byte little-endian words of the value of `key`, chosen by `f` from the old value:
+    /// in place when the value's leaf is private to the working tree (no copy of the leaf), else
+    /// by rewriting the value. Returns false if the key is absent.
+    pub fn patch_with(&self, key: Key, f: impl FnOnce(&[u8], &mut Patch)) -> Result<bool> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let _g = inner.lock()?;
+        let cx = inner.cx();
+        let mut txn = Txn::begin(cx, false);
+        let spot = txn.locate(key)?;
+        let Some(old) = txn.value_at(&spot)? else {
+            return Ok(false);
+        };
+        let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
+        let mut patch = Patch::default();
+        f(old_bytes, &mut patch);
+        let words = &patch.words[..patch.count];
+        if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
+            return Err(StoreError::Invalid(
+                "patch past the end of the value".into(),
+            ));
+        }
+        let r = match txn.patch_at(&spot, words) {
+            Ok(Some(true)) => Ok(()),
+            Ok(_) => {
+                let mut bytes = old_bytes.to_vec();
+                for (off, w) in words {
+                    bytes[*off..*off + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                if bytes.len() <= inner.facts.inline_max as usize {
+                    txn.put_at(&spot, key, Val::Inline(&bytes))
+                } else {
+                    txn.alloc_data().and_then(|(block, gen)| {
+                        inner.region.copy_in(inner.layout.offset(block), &bytes);
+                        txn.put_at(
+                            &spot,
+                            key,
+                            Val::Block {
+                                block,
+                                len: bytes.len() as u32,
+                                gen,
+                            },
+                        )
+                    })
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(()) => {
+                txn.commit_publish();
+                Ok(true)
+            }
+            Err(e) => {
+                txn.abort();
+                Err(e)
+            }
+        }
     }
 
     /// Remove `key`; returns whether it existed.

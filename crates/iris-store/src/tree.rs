@@ -125,6 +125,12 @@ fn extend<'a>(v: Val<'_>) -> Val<'a> {
 /// The internal nodes on the way to a leaf, with the slot taken in each.
 type Path = [(Node, u16); MAX_HEIGHT];
 
+/// Where a key is, or would go: the path to its leaf and its slot (`Err` = insert position).
+pub(crate) struct Spot {
+    path: Option<(Path, usize, Node)>,
+    slot: std::result::Result<u16, u16>,
+}
+
 /// New children that replace one child slot: none (it emptied), one, or two (it split).
 type Children = ([(Key, u64); 2], usize);
 
@@ -193,18 +199,48 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Find where `key` is (or would go), once, for a lookup followed by an update.
+    pub fn locate(&self, key: Key) -> Result<Spot> {
+        if self.root == 0 {
+            return Ok(Spot {
+                path: None,
+                slot: Err(0),
+            });
+        }
+        let (path, depth, leaf) = self.descend(key)?;
+        let slot = leaf.search(key);
+        Ok(Spot {
+            path: Some((path, depth, leaf)),
+            slot,
+        })
+    }
+
+    /// The value at a located key, if present.
+    pub fn value_at(&self, spot: &Spot) -> Result<Option<Val<'a>>> {
+        match (&spot.path, spot.slot) {
+            (Some((_, _, leaf)), Ok(i)) => Ok(Some(extend(leaf.value(i)?))),
+            _ => Ok(None),
+        }
+    }
+
     /// Insert or replace `key`.
     pub fn put(&mut self, key: Key, val: Val<'_>) -> Result<()> {
-        if self.root == 0 {
+        let spot = self.locate(key)?;
+        self.put_at(&spot, key, val)
+    }
+
+    /// Insert or replace `key` at the spot `locate` found (nothing changed the tree since; the
+    /// allocator may have).
+    pub fn put_at(&mut self, spot: &Spot, key: Key, val: Val<'_>) -> Result<()> {
+        let Some((path, depth, leaf)) = spot.path.as_ref() else {
             let b = self.alloc()?;
             let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
             nb.push_leaf(key, val);
             nb.finish();
             return self.set_root(([(key, b), (Key::MIN, 0)], 1));
-        }
-        let (path, depth, leaf) = self.descend(key)?;
-        leaf.check_values()?;
-        match leaf.search(key) {
+        };
+        let (path, depth, leaf) = (path, *depth, *leaf);
+        match spot.slot {
             Ok(i) => {
                 let old = extend(leaf.value(i)?);
                 if let (Val::Block { len: old_len, .. }, Val::Block { block, len, gen }) =
@@ -221,32 +257,68 @@ impl<'a> Txn<'a> {
                     }
                 }
                 let n = leaf.count;
-                let children = self.build_leaves(n, |j| {
-                    if j == i {
-                        (key, val)
-                    } else {
-                        (leaf.key(j), leaf_val(&leaf, j))
-                    }
-                })?;
+                let children = self.build_leaves(
+                    n,
+                    |j| {
+                        if j == i {
+                            val.heap_bytes()
+                        } else {
+                            leaf.raw_heap_bytes(j)
+                        }
+                    },
+                    |j| {
+                        if j == i {
+                            Ok((key, val))
+                        } else {
+                            Ok((leaf.key(j), leaf.value(j)?))
+                        }
+                    },
+                )?;
                 self.release_value(old);
                 self.release(leaf.block, leaf.birth);
-                self.propagate(&path, depth, children)
+                self.propagate(path, depth, children)
             }
             Err(pos) => {
                 let n = leaf.count + 1;
-                let children = self.build_leaves(n, |j| {
-                    if j < pos {
-                        (leaf.key(j), leaf_val(&leaf, j))
-                    } else if j == pos {
-                        (key, val)
-                    } else {
-                        (leaf.key(j - 1), leaf_val(&leaf, j - 1))
-                    }
-                })?;
+                let children = self.build_leaves(
+                    n,
+                    |j| match j.cmp(&pos) {
+                        std::cmp::Ordering::Less => leaf.raw_heap_bytes(j),
+                        std::cmp::Ordering::Equal => val.heap_bytes(),
+                        std::cmp::Ordering::Greater => leaf.raw_heap_bytes(j - 1),
+                    },
+                    |j| match j.cmp(&pos) {
+                        std::cmp::Ordering::Less => Ok((leaf.key(j), leaf.value(j)?)),
+                        std::cmp::Ordering::Equal => Ok((key, val)),
+                        std::cmp::Ordering::Greater => Ok((leaf.key(j - 1), leaf.value(j - 1)?)),
+                    },
+                )?;
                 self.release(leaf.block, leaf.birth);
-                self.propagate(&path, depth, children)
+                self.propagate(path, depth, children)
             }
         }
+    }
+
+    /// Overwrite 8-byte words of the inline value of `key` in place, when its leaf is private to
+    /// the working tree: each word is one store, so a killed process leaves every word either old
+    /// or new. Returns `None` if the key is absent, `Some(false)` if the caller must rewrite the
+    /// value instead (committed leaf, out-of-line value, or a word past its end).
+    pub fn patch_at(&mut self, spot: &Spot, words: &[(usize, u64)]) -> Result<Option<bool>> {
+        let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
+            return Ok(None);
+        };
+        let leaf = *leaf;
+        let Val::Inline(bytes) = leaf.value(i)? else {
+            return Ok(Some(false));
+        };
+        if !self.writable_in_place(&leaf) || words.iter().any(|(off, _)| off + 8 > bytes.len()) {
+            return Ok(Some(false));
+        }
+        let at = leaf.inline_value_off(i);
+        for (off, w) in words {
+            self.cx.region.write_u64(at + *off as u64, w.to_le());
+        }
+        Ok(Some(true))
     }
 
     /// Remove `key`; returns whether it was there.
@@ -258,15 +330,16 @@ impl<'a> Txn<'a> {
         let Ok(i) = leaf.search(key) else {
             return Ok(false);
         };
-        leaf.check_values()?;
         let old = extend(leaf.value(i)?);
         let children = if leaf.count == 1 {
             ([(Key::MIN, 0); 2], 0)
         } else {
-            self.build_leaves(leaf.count - 1, |j| {
-                let s = if j < i { j } else { j + 1 };
-                (leaf.key(s), leaf_val(&leaf, s))
-            })?
+            let skip = |j: u16| if j < i { j } else { j + 1 };
+            self.build_leaves(
+                leaf.count - 1,
+                |j| leaf.raw_heap_bytes(skip(j)),
+                |j| Ok((leaf.key(skip(j)), leaf.value(skip(j))?)),
+            )?
         };
         self.release_value(old);
         self.release(leaf.block, leaf.birth);
@@ -288,20 +361,16 @@ impl<'a> Txn<'a> {
         Ok((path, depth, node))
     }
 
-    /// Write `n` leaf entries into one new leaf, or two if they do not fit in one.
+    /// Write `n` leaf entries into one new leaf, or two if they do not fit in one. `heap(j)` is
+    /// entry j's inline size (cheap, unvalidated); `entry(j)` reads and validates it.
     fn build_leaves<'v>(
         &mut self,
         n: u16,
-        entry: impl Fn(u16) -> (Key, Val<'v>),
+        heap: impl Fn(u16) -> u64,
+        entry: impl Fn(u16) -> Result<(Key, Val<'v>)>,
     ) -> Result<Children> {
         let bs = self.cx.layout.bs();
-        let size = |range: std::ops::Range<u16>| -> u64 {
-            NODE_HEADER
-                + range
-                    .map(|j| LEAF_SLOT + entry(j).1.heap_bytes())
-                    .sum::<u64>()
-        };
-        let total = size(0..n);
+        let total: u64 = NODE_HEADER + (0..n).map(|j| LEAF_SLOT + heap(j)).sum::<u64>();
         let split = if total <= bs {
             n
         } else {
@@ -310,7 +379,7 @@ impl<'a> Txn<'a> {
             let mut acc = NODE_HEADER;
             let mut at = 0;
             while at < n && acc < total / 2 {
-                acc += LEAF_SLOT + entry(at).1.heap_bytes();
+                acc += LEAF_SLOT + heap(at);
                 at += 1;
             }
             at.clamp(1, n - 1)
@@ -320,12 +389,18 @@ impl<'a> Txn<'a> {
             if range.is_empty() {
                 continue;
             }
-            debug_assert!(size(range.clone()) <= bs, "leaf half does not fit");
+            let half: u64 = NODE_HEADER + range.clone().map(|j| LEAF_SLOT + heap(j)).sum::<u64>();
+            if half > bs {
+                return Err(StoreError::corrupt("leaf entries larger than a block"));
+            }
             let b = self.alloc()?;
             let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
-            let first = entry(range.start).0;
-            for j in range {
-                let (k, v) = entry(j);
+            let mut first = Key::MIN;
+            for j in range.clone() {
+                let (k, v) = entry(j)?;
+                if j == range.start {
+                    first = k;
+                }
                 nb.push_leaf(k, v);
             }
             nb.finish();
@@ -461,12 +536,6 @@ impl<'a> Txn<'a> {
             self.cx.alloc.free_now(b);
         }
     }
-}
-
-/// The value of leaf slot `j`; callers ran `check_values` on the leaf first, so the fallback (an
-/// empty value instead of out-of-bounds memory) is never taken.
-fn leaf_val<'a>(leaf: &'a Node, j: u16) -> Val<'a> {
-    leaf.value(j).unwrap_or(Val::Inline(&[]))
 }
 
 /// Whether an inline value of `len` bytes fits the leaf format (callers pick out-of-line above).
