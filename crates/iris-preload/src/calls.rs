@@ -79,13 +79,20 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         is_dir: inode.is_dir(),
         desc,
         path: abs,
+        flock_fd: std::sync::atomic::AtomicI32::new(-1),
     });
     fdtable::install(fd, file);
     fd
 }
 
-/// Drop one reference to a description; the last one releases the inode.
+/// Drop one reference to a description; the last one releases the inode (and its flock).
 fn drop_file(file: Arc<OpenFile>) {
+    if Arc::strong_count(&file) == 1 {
+        if let Some(fd) = file.flock_fd() {
+            // SAFETY: closing the description's own flock-file fd drops its flock.
+            unsafe { real::close(fd) };
+        }
+    }
     if Arc::strong_count(&file) == 1 {
         if let Some(fs) = state::fs() {
             let _b = Busy::enter();
@@ -188,6 +195,7 @@ creat_fn!(creat64, creat64);
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let was_iris = match fdtable::remove(fd) {
         Some(file) => {
+            crate::locks::release_process_locks(file.ino);
             drop_file(file);
             true
         }
@@ -1156,20 +1164,12 @@ fn fcntl_iris(fd: c_int, file: Arc<OpenFile>, cmd: c_int, arg: usize) -> c_int {
             }
             new
         }
-        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
-            // Record locks are granted: one process at a time is what this version serves
-            // correctly (cross-process locks are an open item of the interposer issue).
-            0
-        }
-        libc::F_GETLK | libc::F_OFD_GETLK => {
-            let lk = arg as *mut libc::flock;
-            if lk.is_null() {
-                return fail(libc::EFAULT);
-            }
-            // SAFETY: F_GETLK passes a struct flock pointer.
-            unsafe { (*lk).l_type = libc::F_UNLCK as i16 };
-            0
-        }
+        libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW
+        | libc::F_OFD_GETLK => crate::locks::fcntl_lock(&file, cmd, arg),
         // SAFETY: fd flags (close-on-exec) and the rest live on the placeholder.
         _ => unsafe { real::fcntl(fd, cmd, arg) },
     }

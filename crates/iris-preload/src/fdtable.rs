@@ -20,6 +20,8 @@ pub(crate) struct OpenFile {
     pub desc: Desc,
     /// Absolute path it was opened by (with the mount prefix), for fchdir; unknown if inherited.
     pub path: Option<Vec<u8>>,
+    /// This description's open of the flock file (see `locks`), -1 until first flock.
+    pub flock_fd: std::sync::atomic::AtomicI32,
 }
 
 impl OpenFile {
@@ -39,6 +41,24 @@ impl OpenFile {
     }
     pub fn append(&self) -> bool {
         self.flags() & libc::O_APPEND != 0
+    }
+    pub fn flock_fd(&self) -> Option<i32> {
+        let fd = self.flock_fd.load(Ordering::Acquire);
+        (fd >= 0).then_some(fd)
+    }
+    /// Keep `fd` as the flock fd unless another thread set one first; returns the one kept.
+    pub fn set_flock_fd(&self, fd: i32) -> i32 {
+        match self
+            .flock_fd
+            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => fd,
+            Err(existing) => {
+                // SAFETY: closing the fd we opened and lost the race with.
+                unsafe { crate::real::close(fd) };
+                existing
+            }
+        }
     }
 }
 

@@ -55,6 +55,7 @@ extern "C" fn on_load() {
                 is_dir,
                 desc,
                 path: None,
+                flock_fd: std::sync::atomic::AtomicI32::new(-1),
             }),
         );
     }

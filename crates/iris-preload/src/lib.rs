@@ -14,6 +14,7 @@ mod dirstream;
 mod errno;
 mod fdtable;
 mod inherit;
+mod locks;
 mod more;
 mod real;
 mod route;

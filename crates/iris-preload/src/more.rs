@@ -484,10 +484,8 @@ pub unsafe extern "C" fn sync_file_range(
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, operation: c_int) -> c_int {
-    if fdtable::is_iris(fd) {
-        // Locks between processes are not served yet (see the interposer issue); within one
-        // process flock is granted, as it would be for a single holder.
-        return 0;
+    if let Some(f) = fdtable::get(fd) {
+        return crate::locks::flock(&f, operation);
     }
     // SAFETY: forwarding.
     unsafe { real::flock(fd, operation) }

@@ -119,6 +119,11 @@ impl Allocator {
         if bits & (1 << (b % 64)) != 0 {
             self.region.write_u64(off, bits & !(1 << (b % 64)));
             self.header.add_used(-1);
+            // Reuse freed blocks before untouched ones: their pages are already backed and
+            // likely cached, where a never-used page of a sparse volume costs a zero-fill fault.
+            if b / 64 < self.header.alloc_hint() {
+                self.header.set_alloc_hint(b / 64);
+            }
         }
     }
 
@@ -161,6 +166,9 @@ impl Allocator {
                     let freed = bits & p;
                     self.region.write_u64(woff, bits & !p);
                     self.header.add_used(-i64::from(freed.count_ones()));
+                    if freed != 0 && w < self.header.alloc_hint() {
+                        self.header.set_alloc_hint(w);
+                    }
                     self.region.write_u64(self.p_word_off(w), 0);
                 }
             }

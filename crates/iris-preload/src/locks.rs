@@ -1,0 +1,193 @@
+//! Record locks (fcntl F_SETLK/F_SETLKW/F_GETLK, OFD locks) and flock on Iris files, between
+//! threads and processes, delegated to the kernel: each Iris inode owns a window of
+//! `WINDOW_BYTES` in a per-volume lock file in /dev/shm, and a lock on bytes [s, e) of inode N is a
+//! kernel lock on [N * WINDOW + s, N * WINDOW + e) of that file. The kernel then provides
+//! conflicts, waiting, deadlock detection (EDEADLK), F_GETLK's owner pid, and release when a
+//! process dies. flock locks use a second lock file with OFD locks, one kernel open file per Iris
+//! description, so they follow flock's per-description semantics and never conflict with fcntl
+//! locks (as on Linux).
+//!
+//! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
+//! beyond are clamped to the window's end).
+
+use std::sync::OnceLock;
+
+use libc::{c_int, flock as Flock};
+
+use crate::fdtable::OpenFile;
+use crate::real;
+use crate::state::{self, Busy};
+
+const WINDOW_BYTES: i64 = 1 << 36;
+const MAX_INO: u64 = 1 << 27;
+
+fn lock_file(kind: &str) -> Option<String> {
+    let fs = state::fs()?;
+    Some(format!(
+        "/dev/shm/iris-{kind}-{:016x}\0",
+        fs.store().volume_id()
+    ))
+}
+
+/// The process's fd on the record-lock file (opened once, kept for the process's life; closing it
+/// would drop every record lock the process holds).
+fn record_fd() -> Option<c_int> {
+    static FD: OnceLock<Option<c_int>> = OnceLock::new();
+    *FD.get_or_init(|| {
+        let _b = Busy::enter();
+        let path = lock_file("locks")?;
+        // SAFETY: a NUL-terminated path; libc's own open.
+        let fd = unsafe {
+            real::open(
+                path.as_ptr().cast(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                0o666,
+            )
+        };
+        (fd >= 0).then_some(fd)
+    })
+}
+
+/// Map an Iris lock request to the lock file: absolute start and length within the window.
+fn window(file: &OpenFile, lk: &Flock) -> Result<(i64, i64), i32> {
+    if file.ino >= MAX_INO {
+        return Err(libc::ENOLCK);
+    }
+    let base = match i32::from(lk.l_whence) {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => file.desc.with_offset(|o| *o as i64),
+        libc::SEEK_END => {
+            let _b = Busy::enter();
+            let fs = state::fs().ok_or(libc::EIO)?;
+            fs.getattr(file.ino).map_err(|e| e.0)?.size as i64
+        }
+        _ => return Err(libc::EINVAL),
+    };
+    let mut start = base.checked_add(lk.l_start).ok_or(libc::EOVERFLOW)?;
+    let mut len = lk.l_len;
+    if len < 0 {
+        start += len;
+        len = -len;
+    }
+    if start < 0 {
+        return Err(libc::EINVAL);
+    }
+    let start = start.min(WINDOW_BYTES - 1);
+    let len = if len == 0 || start + len > WINDOW_BYTES {
+        WINDOW_BYTES - start
+    } else {
+        len
+    };
+    Ok((file.ino as i64 * WINDOW_BYTES + start, len))
+}
+
+/// fcntl record-lock commands on an Iris fd.
+pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
+    let lk = arg as *mut Flock;
+    if lk.is_null() {
+        return crate::errno::fail(libc::EFAULT);
+    }
+    let Some(fd) = record_fd() else {
+        return crate::errno::fail(libc::ENOLCK);
+    };
+    // SAFETY: record-lock commands pass a struct flock pointer.
+    let req = unsafe { &mut *lk };
+    let (start, len) = match window(file, req) {
+        Ok(w) => w,
+        Err(e) => return crate::errno::fail(e),
+    };
+    let mut k = *req;
+    k.l_whence = libc::SEEK_SET as i16;
+    k.l_start = start;
+    k.l_len = len;
+    k.l_pid = 0;
+    // SAFETY: a valid struct flock on our lock-file fd.
+    let r = unsafe { real::fcntl(fd, cmd, &mut k as *mut Flock as usize) };
+    if r == 0 && matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
+        req.l_type = k.l_type;
+        if k.l_type != libc::F_UNLCK as i16 {
+            let base = file.ino as i64 * WINDOW_BYTES;
+            req.l_whence = libc::SEEK_SET as i16;
+            req.l_start = k.l_start - base;
+            req.l_len = if k.l_start + k.l_len >= base + WINDOW_BYTES {
+                0
+            } else {
+                k.l_len
+            };
+            req.l_pid = k.l_pid;
+        }
+    }
+    r
+}
+
+/// POSIX: closing any fd of a file drops the process's record locks on it.
+pub(crate) fn release_process_locks(ino: u64) {
+    if ino >= MAX_INO {
+        return;
+    }
+    let Some(fd) = record_fd() else { return };
+    // SAFETY: all-zero is a valid struct flock.
+    let mut k: Flock = unsafe { std::mem::zeroed() };
+    k.l_type = libc::F_UNLCK as i16;
+    k.l_whence = libc::SEEK_SET as i16;
+    k.l_start = ino as i64 * WINDOW_BYTES;
+    k.l_len = WINDOW_BYTES;
+    // SAFETY: unlocking a range on our lock-file fd.
+    unsafe { real::fcntl(fd, libc::F_SETLK, &mut k as *mut Flock as usize) };
+}
+
+/// flock on an Iris fd: an OFD lock on the description's own open of the flock file.
+pub(crate) fn flock(file: &OpenFile, op: c_int) -> c_int {
+    if file.ino >= MAX_INO {
+        return crate::errno::fail(libc::ENOLCK);
+    }
+    let fd = match file.flock_fd() {
+        Some(fd) => fd,
+        None => {
+            let _b = Busy::enter();
+            let Some(path) = lock_file("flocks") else {
+                return crate::errno::fail(libc::ENOLCK);
+            };
+            // SAFETY: a NUL-terminated path; libc's own open.
+            let fd = unsafe {
+                real::open(
+                    path.as_ptr().cast(),
+                    libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                    0o666,
+                )
+            };
+            if fd < 0 {
+                return -1;
+            }
+            file.set_flock_fd(fd)
+        }
+    };
+    let nonblock = op & libc::LOCK_NB != 0;
+    let kind = match op & !libc::LOCK_NB {
+        libc::LOCK_SH => libc::F_RDLCK,
+        libc::LOCK_EX => libc::F_WRLCK,
+        libc::LOCK_UN => libc::F_UNLCK,
+        _ => return crate::errno::fail(libc::EINVAL),
+    };
+    // SAFETY: all-zero is a valid struct flock.
+    let mut k: Flock = unsafe { std::mem::zeroed() };
+    k.l_type = kind as i16;
+    k.l_whence = libc::SEEK_SET as i16;
+    k.l_start = file.ino as i64;
+    k.l_len = 1;
+    let cmd = if nonblock {
+        libc::F_OFD_SETLK
+    } else {
+        libc::F_OFD_SETLKW
+    };
+    // SAFETY: an OFD lock on our own fd.
+    let r = unsafe { real::fcntl(fd, cmd, &mut k as *mut Flock as usize) };
+    if r < 0 {
+        // SAFETY: reading errno.
+        let e = unsafe { *libc::__errno_location() };
+        if e == libc::EAGAIN || e == libc::EACCES {
+            return crate::errno::fail(libc::EWOULDBLOCK);
+        }
+    }
+    r
+}
