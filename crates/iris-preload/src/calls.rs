@@ -61,11 +61,7 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
     fs.retain(inode.ino);
     let abs = if inode.is_dir() {
         let mut p = if start == iris_fs::ROOT_INO && path.first() == Some(&b'/') {
-            state::config()
-                .prefixes
-                .first()
-                .cloned()
-                .unwrap_or_default()
+            crate::prefix::first()
         } else {
             Vec::new()
         };

@@ -16,6 +16,7 @@ mod fdtable;
 mod inherit;
 mod locks;
 mod more;
+mod prefix;
 mod real;
 mod route;
 mod state;

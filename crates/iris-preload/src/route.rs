@@ -19,17 +19,24 @@ pub(crate) enum Target {
 
 /// The path relative to the Iris root if `bytes` is under a mount prefix.
 pub(crate) fn strip_prefix(bytes: &[u8]) -> Option<Vec<u8>> {
-    for p in &state::config().prefixes {
+    let mut matched = 0usize;
+    crate::prefix::for_each(|p| {
         if bytes.starts_with(p) && (bytes.len() == p.len() || bytes[p.len()] == b'/') {
-            let rest = &bytes[p.len()..];
-            return Some(if rest.is_empty() {
-                b"/".to_vec()
-            } else {
-                rest.to_vec()
-            });
+            matched = p.len();
+            return false;
         }
+        true
+    });
+    if matched == 0 {
+        return None;
     }
-    None
+    // Allocation only once the path is known to be Iris's.
+    let rest = &bytes[matched..];
+    Some(if rest.is_empty() {
+        b"/".to_vec()
+    } else {
+        rest.to_vec()
+    })
 }
 
 /// Classify `path` given relative to `dirfd` (AT_FDCWD for the working directory).

@@ -25,10 +25,8 @@ pub fn default_volume() -> PathBuf {
 /// Default mount prefix when `IRIS_MOUNT` is unset.
 pub const DEFAULT_MOUNT: &str = "/iris";
 
-/// Configuration read once from the environment.
+/// Configuration read once from the environment (the mount prefixes live in `prefix`).
 pub(crate) struct Config {
-    /// Mount prefixes (no trailing slash), e.g. ["/iris"].
-    pub prefixes: Vec<Vec<u8>>,
     pub volume: PathBuf,
     pub commit_interval: Duration,
     pub log: bool,
@@ -48,24 +46,11 @@ fn env(name: &[u8]) -> Option<Vec<u8>> {
 pub(crate) fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
-        let mounts = env(b"IRIS_MOUNT\0").unwrap_or_else(|| DEFAULT_MOUNT.as_bytes().to_vec());
-        let prefixes = mounts
-            .split(|b| *b == b':')
-            .map(|p| {
-                let mut p = p.to_vec();
-                while p.len() > 1 && p.ends_with(b"/") {
-                    p.pop();
-                }
-                p
-            })
-            .filter(|p| p.len() > 1 && p[0] == b'/')
-            .collect();
         let volume = default_volume();
         let ms = env(b"IRIS_COMMIT_INTERVAL_MS\0")
             .and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok())
             .unwrap_or(5000);
         Config {
-            prefixes,
             volume,
             commit_interval: Duration::from_millis(ms.max(1)),
             log: env(b"IRIS_LOG\0").is_some_and(|v| v != b"0"),
@@ -135,13 +120,14 @@ pub(crate) fn fs() -> Option<&'static Fs> {
         };
         match opened {
             Ok(mut fs) => {
-                if let Some(p) = cfg.prefixes.first() {
-                    fs.set_mount_prefix(p);
+                let first = crate::prefix::first();
+                if !first.is_empty() {
+                    fs.set_mount_prefix(&first);
                 }
                 fs.start_commit_timer(cfg.commit_interval);
                 log(&format!(
                     "serving {} from {}",
-                    String::from_utf8_lossy(cfg.prefixes.first().map_or(&b""[..], |p| p)),
+                    String::from_utf8_lossy(&crate::prefix::first()),
                     cfg.volume.display()
                 ));
                 Some(fs)
