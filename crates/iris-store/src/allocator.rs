@@ -13,6 +13,7 @@ use iris_media::Media;
 use crate::error::{Result, StoreError};
 use crate::header::Header;
 use crate::layout::{Layout, SUMMARY_SPAN_BLOCKS};
+use crate::readers::Readers;
 use crate::region::Region;
 
 /// Bytes the volume grows by at least, when it runs out of blocks.
@@ -24,6 +25,7 @@ pub(crate) struct Allocator {
     region: Region,
     layout: Layout,
     header: Header,
+    readers: Readers,
 }
 
 impl Allocator {
@@ -32,6 +34,33 @@ impl Allocator {
             region,
             layout,
             header,
+            readers: Readers::new(region, layout.header_off),
+        }
+    }
+
+    /// The reader table this allocator waits for before reusing blocks.
+    pub fn readers(&self) -> Readers {
+        self.readers
+    }
+
+    /// A block the working tree stopped referencing, which readers may still be reading: free it
+    /// after the next grace period.
+    pub fn release(&self, b: u64) {
+        if self.readers.park(b) {
+            self.drain();
+        }
+    }
+
+    /// Wait out the readers, then free every parked block.
+    pub fn drain(&self) {
+        if self.readers.parked() == 0 {
+            return;
+        }
+        self.readers.grace_period();
+        let mut parked = Vec::with_capacity(crate::readers::LIMBO_CAPACITY as usize);
+        self.readers.take_parked(&mut parked);
+        for b in parked {
+            self.free_now(b);
         }
     }
 
@@ -61,6 +90,12 @@ impl Allocator {
     pub fn alloc(&self, media: &dyn Media) -> Result<u64> {
         if let Some(b) = self.scan() {
             return Ok(b);
+        }
+        if self.readers.parked() > 0 {
+            self.drain();
+            if let Some(b) = self.scan() {
+                return Ok(b);
+            }
         }
         self.grow(media)?;
         self.scan().ok_or(StoreError::NoSpace)
@@ -147,6 +182,9 @@ impl Allocator {
 
     /// After a durable commit: every pending block becomes free (W &= !P, P = 0).
     pub fn apply_pending(&self) {
+        // Readers that loaded the previous working tree may still be inside these blocks.
+        self.readers.grace_period();
+        self.drain();
         let summary_words = self.layout.summary_bytes / 8;
         for sw in 0..summary_words {
             let soff = self.layout.summary_off + sw * 8;
@@ -179,6 +217,7 @@ impl Allocator {
 
     /// Zero W, P and the summary, then mark the metadata blocks used (recovery and creation).
     pub fn reset(&self) {
+        self.readers.reset();
         let l = &self.layout;
         self.region.bytes_mut(l.w_off, l.bitmap_bytes).fill(0);
         self.region.bytes_mut(l.p_off, l.bitmap_bytes).fill(0);
@@ -223,6 +262,10 @@ impl Allocator {
     /// Every block in W that `keep` does not hold is freed (and dropped from P): the sweep of
     /// garbage collection. Returns the number of blocks freed.
     pub fn sweep(&self, keep: &[u64]) -> u64 {
+        self.readers.grace_period();
+        // Parked blocks are unreachable: the sweep frees them, so forget them here.
+        let mut parked = Vec::new();
+        self.readers.take_parked(&mut parked);
         let mut freed = 0u64;
         let mut unpended = 0u64;
         let words = (self.layout.bitmap_bytes / 8).min(keep.len() as u64);

@@ -40,7 +40,8 @@ const VOLUME_ID: u64 = 640;
 
 const _: () = assert!(SNAP_TABLE + (MAX_SNAPSHOTS * SNAP_ENTRY_BYTES) as u64 <= MUTEX);
 const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() as u64 <= MUTEX_BYTES);
-const _: () = assert!(VOLUME_ID + 8 <= crate::layout::HEADER_BYTES);
+const _: () = assert!(VOLUME_ID + 8 <= crate::readers::EPOCH_OFF);
+const _: () = assert!(crate::readers::END_OFF <= crate::layout::HEADER_BYTES);
 
 /// Typed access to the header fields.
 #[derive(Clone, Copy)]

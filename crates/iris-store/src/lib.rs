@@ -13,6 +13,7 @@ mod header;
 mod key;
 mod layout;
 mod node;
+mod readers;
 mod recovery;
 mod region;
 mod store;

@@ -156,6 +156,12 @@ pub struct Store {
     timer: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A read in progress: a reader slot, or (all slots busy) the volume lock.
+enum ReadSection<'a> {
+    Slot(#[allow(dead_code)] crate::readers::ReadGuard),
+    Locked(#[allow(dead_code)] Guard<'a>),
+}
+
 /// Holds the volume lock; releases it on drop.
 struct Guard<'a> {
     inner: &'a Inner,
@@ -190,6 +196,15 @@ impl Inner {
                 let guard = Guard { inner: self };
                 repaired.map(|_| guard)
             }
+        }
+    }
+
+    /// Enter a lock-free read section (see `readers`), or take the lock if the reader table is
+    /// full. Either keeps every block reachable from the working root from being reused.
+    fn read_section(&self) -> Result<ReadSection<'_>> {
+        match self.alloc.readers().enter() {
+            Some(g) => Ok(ReadSection::Slot(g)),
+            None => Ok(ReadSection::Locked(self.lock()?)),
         }
     }
 
@@ -441,10 +456,11 @@ impl Store {
         })
     }
 
-    /// Call `f` with the value of `key` in place (no copy), under the volume lock.
+    /// Call `f` with the value of `key` in place (no copy), without taking the volume lock. `f`
+    /// must not write to this store (a write waits for readers, `f` among them).
     pub fn get_with<R>(&self, key: Key, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         let inner = &*self.inner;
-        let _g = inner.lock()?;
+        let _r = inner.read_section()?;
         let cx = inner.cx();
         match cx.lookup(inner.header.working_root(), key)? {
             None => Ok(None),
@@ -719,10 +735,10 @@ impl Store {
         Err(StoreError::NoSpace)
     }
 
-    /// Run `f` with a consistent read-only view: several lookups under one lock hold.
+    /// Run `f` with a read-only view of the working tree: several lookups from one root, lock-free.
     pub fn read<R>(&self, f: impl FnOnce(&View<'_>) -> Result<R>) -> Result<R> {
         let inner = &*self.inner;
-        let _g = inner.lock()?;
+        let _r = inner.read_section()?;
         let view = View {
             inner,
             root: inner.header.working_root(),
@@ -733,7 +749,7 @@ impl Store {
     /// Visit keys in `[start, end)` in ascending order until `f` returns false.
     pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
         let inner = &*self.inner;
-        let _g = inner.lock()?;
+        let _r = inner.read_section()?;
         inner
             .cx()
             .scan(inner.header.working_root(), start, end, &mut f)
@@ -873,7 +889,7 @@ impl Store {
             backed_blocks: h.backed_blocks(),
             used_blocks: used,
             free_blocks: inner.layout.max_blocks.saturating_sub(used),
-            pending_free_blocks: h.pending_blocks(),
+            pending_free_blocks: h.pending_blocks() + inner.alloc.readers().parked(),
             snapshot_held_blocks: h.snapshot_held(),
             committed_generation: h.committed_gen(),
             commits: h.commits(),
@@ -928,7 +944,11 @@ impl Store {
                     "block {b} is in use but marked free"
                 )));
             }
-            if used && !marks.get(b) && !inner.alloc.is_pending(b) {
+            if used
+                && !marks.get(b)
+                && !inner.alloc.is_pending(b)
+                && !inner.alloc.readers().is_parked(b)
+            {
                 leaked += 1;
             }
         }

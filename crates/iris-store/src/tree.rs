@@ -516,8 +516,11 @@ impl<'a> Txn<'a> {
         let newest_snapshot = self.cx.header.newest_snapshot_generation();
         let released = std::mem::take(&mut self.released);
         for (block, birth) in released {
-            if self.is_fresh(block) || birth == self.wgen {
+            if self.is_fresh(block) {
+                // Never published: no reader can have seen it.
                 self.cx.alloc.free_now(block);
+            } else if birth == self.wgen {
+                self.cx.alloc.release(block);
             } else if newest_snapshot.is_some_and(|s| s >= birth) {
                 // A snapshot still reaches it; deleting the snapshot reclaims it.
                 let held = self.cx.header.snapshot_held();

@@ -217,7 +217,7 @@ fn overwrites_between_commits_reuse_space() {
         s.put(k(1), &value(1, i, 4096)).expect("overwrite");
     }
     let st = s.stats().expect("stats");
-    assert!(st.used_blocks < 60, "used {} blocks", st.used_blocks);
+    assert!(st.used_blocks < 150, "used {} blocks", st.used_blocks);
 }
 
 #[test]
@@ -453,5 +453,62 @@ fn transaction_reads_its_writes_and_is_all_or_nothing() {
     });
     assert!(r.is_err());
     assert_eq!(dump(&s), vec![(k(1), b"one+++".to_vec())]);
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
+fn lock_free_readers_never_see_reused_blocks() {
+    // A small volume forces freed blocks to be reused quickly; readers check that every value
+    // they see is a whole, self-consistent version of the key they asked for.
+    let (_sim, s) = sim_store(2 << 20, 4096);
+    let make = |key: u64, version: u64| {
+        let mut v = value(key, version, 4096);
+        v[..8].copy_from_slice(&key.to_le_bytes());
+        v[8..16].copy_from_slice(&version.to_le_bytes());
+        v
+    };
+    for key in 0..64u64 {
+        s.put(k(key), &make(key, 0)).expect("put");
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let s = &s;
+        let stop = &stop;
+        for r in 0..2u64 {
+            scope.spawn(move || {
+                let mut seen = 0u64;
+                let mut i = r;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i = i
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let key = (i >> 33) % 64;
+                    s.get_with(k(key), |v| {
+                        let got_key = u64::from_le_bytes(v[..8].try_into().expect("8"));
+                        let version = u64::from_le_bytes(v[8..16].try_into().expect("8"));
+                        assert_eq!(got_key, key, "reader saw another key's block");
+                        assert!(
+                            v == &make(key, version)[..],
+                            "reader saw a torn or reused block"
+                        );
+                    })
+                    .expect("get")
+                    .expect("present");
+                    seen += 1;
+                }
+                assert!(seen > 100);
+            });
+        }
+        scope.spawn(move || {
+            for version in 1..4000u64 {
+                let key = version % 64;
+                s.put(k(key), &make(key, version)).expect("overwrite");
+                if version % 500 == 0 {
+                    s.commit().expect("commit");
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    });
     assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
 }

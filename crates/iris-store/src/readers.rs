@@ -1,0 +1,185 @@
+//! Lock-free readers and safe reuse of freed blocks (epoch-based reclamation across processes).
+//!
+//! Readers never take the volume lock. Instead a reader claims a slot in the shared reader table
+//! (in the working header), publishes the current epoch in it, reads, and clears it. A writer
+//! that frees a block which a reader may still be reading (anything published before) does not
+//! free it at once: it parks the block in the limbo list; when the list fills, or space runs out,
+//! or at commit, the writer advances the epoch and waits until no slot holds an older epoch (a
+//! grace period, usually no wait at all since reads take a microsecond), then frees every parked
+//! block. A slot whose owner process died is cleared by the waiter.
+//!
+//! Invariant: a block reachable from a root that some reader loaded is not reused before that
+//! reader's slot is cleared.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use crate::region::Region;
+
+/// Reader slots in the table (readers beyond this many at once take the volume lock instead).
+pub(crate) const READER_SLOTS: u64 = 32;
+/// Bytes per slot: one cache line, so readers do not share lines.
+const SLOT_BYTES: u64 = 64;
+/// Blocks parked before a grace period frees them all.
+pub(crate) const LIMBO_CAPACITY: u64 = 64;
+
+/// Offsets of the reader machinery inside the working header.
+pub(crate) const EPOCH_OFF: u64 = 656;
+pub(crate) const LIMBO_COUNT_OFF: u64 = 664;
+pub(crate) const LIMBO_OFF: u64 = 1024;
+pub(crate) const SLOTS_OFF: u64 = 2048;
+/// Header bytes this module needs.
+pub(crate) const END_OFF: u64 = SLOTS_OFF + READER_SLOTS * SLOT_BYTES;
+
+/// Shared reader table and limbo of one volume.
+#[derive(Clone, Copy)]
+pub(crate) struct Readers {
+    region: Region,
+    header_off: u64,
+}
+
+fn me() -> u64 {
+    // SAFETY: getpid and gettid cannot fail.
+    let (pid, tid) = unsafe { (libc::getpid() as u64, libc::gettid() as u64) };
+    (pid << 32) | (tid & 0xffff_ffff)
+}
+
+fn alive(owner: u64) -> bool {
+    let pid = (owner >> 32) as i32;
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// A claimed reader slot; clears itself on drop.
+pub(crate) struct ReadGuard {
+    owner: *const AtomicU64,
+    epoch: *const AtomicU64,
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        // SAFETY: the slot words live in the mapping, which outlives every guard (guards are
+        // dropped before the store that created them).
+        unsafe {
+            (*self.epoch).store(0, Ordering::Release);
+            (*self.owner).store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Readers {
+    pub fn new(region: Region, header_off: u64) -> Self {
+        Readers { region, header_off }
+    }
+
+    fn word(&self, off: u64) -> &AtomicU64 {
+        self.region.atomic_u64(self.header_off + off)
+    }
+
+    fn slot(&self, i: u64) -> (&AtomicU64, &AtomicU64) {
+        let at = SLOTS_OFF + i * SLOT_BYTES;
+        (self.word(at), self.word(at + 8))
+    }
+
+    /// Clear the table and limbo (creation and recovery, when no process reads).
+    pub fn reset(&self) {
+        self.word(EPOCH_OFF).store(1, Ordering::Relaxed);
+        self.word(LIMBO_COUNT_OFF).store(0, Ordering::Relaxed);
+        for i in 0..READER_SLOTS {
+            let (o, e) = self.slot(i);
+            o.store(0, Ordering::Relaxed);
+            e.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Enter a read section, or `None` if every slot is taken (then read under the lock).
+    pub fn enter(&self) -> Option<ReadGuard> {
+        let who = me();
+        let start = (who.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) % READER_SLOTS;
+        for k in 0..READER_SLOTS {
+            let (owner, epoch) = self.slot((start + k) % READER_SLOTS);
+            if owner
+                .compare_exchange(0, who, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            let global = self.word(EPOCH_OFF);
+            loop {
+                let e = global.load(Ordering::SeqCst);
+                epoch.store(e, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                if global.load(Ordering::SeqCst) == e {
+                    break;
+                }
+            }
+            return Some(ReadGuard { owner, epoch });
+        }
+        None
+    }
+
+    /// Wait until every reader that might hold a pointer published before now has left.
+    pub fn grace_period(&self) {
+        fence(Ordering::SeqCst);
+        let target = self.word(EPOCH_OFF).fetch_add(1, Ordering::SeqCst) + 1;
+        let who = me();
+        for i in 0..READER_SLOTS {
+            let (owner, epoch) = self.slot(i);
+            let mut spins = 0u32;
+            loop {
+                let o = owner.load(Ordering::Acquire);
+                let e = epoch.load(Ordering::Acquire);
+                if o == 0 || e == 0 || e >= target || o == who {
+                    break;
+                }
+                spins += 1;
+                if spins.is_multiple_of(4096) {
+                    if !alive(o) {
+                        // A reader killed mid-read: its slot will never clear itself.
+                        let _ = owner.compare_exchange(o, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        epoch.store(0, Ordering::Release);
+                        break;
+                    }
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Park a block freed by the working tree; returns true when the limbo is full and must be
+    /// drained (caller holds the volume lock).
+    pub fn park(&self, block: u64) -> bool {
+        let count = self.word(LIMBO_COUNT_OFF);
+        let n = count.load(Ordering::Relaxed);
+        debug_assert!(n < LIMBO_CAPACITY);
+        self.word(LIMBO_OFF + n * 8).store(block, Ordering::Relaxed);
+        // Count after the entry: a killed writer leaves at worst an unlisted (leaked) block.
+        count.store(n + 1, Ordering::Release);
+        n + 1 >= LIMBO_CAPACITY
+    }
+
+    /// After a grace period: the parked blocks, emptying the limbo (caller holds the lock).
+    pub fn take_parked(&self, out: &mut Vec<u64>) {
+        let count = self.word(LIMBO_COUNT_OFF);
+        let n = count.load(Ordering::Acquire).min(LIMBO_CAPACITY);
+        for i in 0..n {
+            out.push(self.word(LIMBO_OFF + i * 8).load(Ordering::Relaxed));
+        }
+        count.store(0, Ordering::Release);
+    }
+
+    /// Blocks parked now.
+    pub fn parked(&self) -> u64 {
+        self.word(LIMBO_COUNT_OFF)
+            .load(Ordering::Acquire)
+            .min(LIMBO_CAPACITY)
+    }
+
+    /// Whether block `b` is parked (verification: parked blocks are neither leaked nor free).
+    pub fn is_parked(&self, b: u64) -> bool {
+        (0..self.parked()).any(|i| self.word(LIMBO_OFF + i * 8).load(Ordering::Relaxed) == b)
+    }
+}
