@@ -143,6 +143,7 @@ fn dir_is_empty_tx(tx: &Tx<'_, '_>, dir: u64) -> TxResult<bool> {
 
 /// Delete every record of inode `ino` (its last link and last open handle are gone).
 fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64) -> TxResult<()> {
+    tx.delete(key(0, Kind::Orphan, ino))?;
     let mut keys = Vec::new();
     tx.scan(Key::new(ino, 0), Key::new(ino + 1, 0), |k, _| {
         keys.push(k);
@@ -252,6 +253,28 @@ impl Fs {
                     })
                     .map_err(store_err)?;
                 store.commit().map_err(store_err)?;
+            }
+        }
+        if store.recovered() {
+            // After a crash no process holds the orphans open any more: reclaim them.
+            let mut orphans = Vec::new();
+            store
+                .scan(
+                    key(0, Kind::Orphan, 0),
+                    key(0, Kind::Orphan, MAX_OFFSET),
+                    |k, _| {
+                        orphans.push(offset_of(k));
+                        true
+                    },
+                )
+                .map_err(store_err)?;
+            for ino in orphans {
+                store
+                    .transact(|tx| match get_inode_tx(tx, ino) {
+                        Ok(i) if i.nlink == 0 => purge_tx(tx, ino),
+                        _ => tx.delete(key(0, Kind::Orphan, ino)).map(|_| ()),
+                    })
+                    .map_err(unwrap_abort)?;
             }
         }
         Ok(Fs {
@@ -860,6 +883,182 @@ impl Fs {
         })
     }
 
+    /// Deallocate `[off, off + len)`: whole blocks inside go, the partial edges are zeroed; the
+    /// size does not change (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE). With `keep_size` false
+    /// the range reads zeros and the file grows to cover it (FALLOC_FL_ZERO_RANGE).
+    pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> FsResult<()> {
+        let bs = self.block_size;
+        let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if end / bs > MAX_OFFSET {
+            return Err(Errno::EFBIG);
+        }
+        let now = now_ns();
+        self.tx(|tx| {
+            let mut i = get_inode_tx(tx, ino)?;
+            if i.is_dir() {
+                return Err(abort(Errno::EISDIR));
+            }
+            let zero_to = if keep_size { end.min(i.size) } else { end };
+            if off < zero_to {
+                let first_whole = off.div_ceil(bs);
+                let end_whole = zero_to / bs;
+                let mut doomed = Vec::new();
+                if first_whole < end_whole {
+                    tx.scan(
+                        key(ino, Kind::Data, first_whole),
+                        key(ino, Kind::Data, end_whole),
+                        |k, _| {
+                            doomed.push(k);
+                            true
+                        },
+                    )?;
+                }
+                for k in &doomed {
+                    tx.delete(*k)?;
+                }
+                i.blocks = i.blocks.saturating_sub(doomed.len() as u64);
+                // Partial blocks at either edge: zero the covered bytes that exist.
+                let mut edges = vec![off / bs];
+                if zero_to % bs != 0 && (zero_to / bs) != off / bs {
+                    edges.push(zero_to / bs);
+                }
+                for b in edges {
+                    let bstart = b * bs;
+                    let from = off.max(bstart) - bstart;
+                    let to = zero_to.min(bstart + bs) - bstart;
+                    if from == 0 && to == bs {
+                        continue; // whole block, handled above
+                    }
+                    let k = key(ino, Kind::Data, b);
+                    if let Some(old_len) = tx.get_with(k, |v| v.len())? {
+                        let (from, to) = (from as usize, (to as usize).min(old_len));
+                        if from < to {
+                            tx.put_with(k, old_len, |old, out| {
+                                if let Some(o) = old {
+                                    out.copy_from_slice(&o[..old_len]);
+                                }
+                                out[from..to].fill(0);
+                            })?;
+                        }
+                    }
+                }
+            }
+            if !keep_size && end > i.size {
+                i.size = end;
+            }
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)
+        })
+    }
+
+    /// The first offset at or after `off` holding data (`data` true, SEEK_DATA) or a hole
+    /// (SEEK_HOLE; the end of file counts as a hole). ENXIO past the end.
+    pub fn seek_data(&self, ino: u64, off: u64, data: bool) -> FsResult<u64> {
+        let i = self.getattr(ino)?;
+        if off >= i.size {
+            return Err(Errno::ENXIO);
+        }
+        let bs = self.block_size;
+        let mut blocks = Vec::new();
+        let last = (i.size - 1) / bs;
+        self.store
+            .scan(
+                key(ino, Kind::Data, off / bs),
+                key(ino, Kind::Data, last + 1),
+                |k, _| {
+                    blocks.push(offset_of(k));
+                    // Enough to answer: data needs the first block; a hole needs a gap.
+                    blocks.len() < 4096
+                },
+            )
+            .map_err(store_err)?;
+        if data {
+            return match blocks.first() {
+                Some(b) => Ok((b * bs).max(off)),
+                None => Err(Errno::ENXIO),
+            };
+        }
+        let mut expect = off / bs;
+        for b in blocks {
+            if b != expect {
+                break;
+            }
+            expect += 1;
+        }
+        Ok((expect * bs).max(off).min(i.size))
+    }
+
+    /// Create an unnamed regular file in directory `dir` (O_TMPFILE): it lives while open and
+    /// can be given a name with [`Fs::link_inode`].
+    pub fn create_unnamed(&self, cred: &Cred, dir: u64, mode: u32) -> FsResult<Inode> {
+        let d = self.getattr(dir)?;
+        if !d.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        cred.check(&d, W_OK | X_OK)?;
+        let now = now_ns();
+        let ino = self.tx(|tx| {
+            let ino = alloc_ino_tx(tx)?;
+            count_files_tx(tx, -1)?; // not counted until linked
+            let inode = Inode {
+                ino,
+                mode: libc::S_IFREG | (mode & 0o7777),
+                uid: cred.uid,
+                gid: cred.gid,
+                nlink: 0,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                ..Inode::default()
+            };
+            put_inode_tx(tx, &inode)?;
+            tx.put(key(0, Kind::Orphan, ino), &[])?;
+            Ok(ino)
+        })?;
+        self.getattr(ino)
+    }
+
+    /// Give inode `ino` a (further) name `path` (linkat with AT_EMPTY_PATH; also names an
+    /// O_TMPFILE file).
+    pub fn link_inode(&self, cred: &Cred, ino: u64, start: u64, path: &[u8]) -> FsResult<()> {
+        let i = self.getattr(ino)?;
+        if i.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        let (dir, name) = match self.resolve_parent(cred, start, path) {
+            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
+            r => r?,
+        };
+        if name == b"." || name == b".." {
+            return Err(Errno::EEXIST);
+        }
+        let d = self.getattr(dir)?;
+        cred.check(&d, W_OK | X_OK)?;
+        let now = now_ns();
+        self.tx(|tx| {
+            if lookup_tx(tx, dir, &name)?.is_some() {
+                return Err(abort(Errno::EEXIST));
+            }
+            let mut i = get_inode_tx(tx, ino)?;
+            if i.nlink == 0 {
+                count_files_tx(tx, 1)?;
+                tx.delete(key(0, Kind::Orphan, ino))?;
+            }
+            i.nlink += 1;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)?;
+            add_entry_tx(tx, dir, &name, ino, dirent::dtype(i.mode))?;
+            let mut d = get_inode_tx(tx, dir)?;
+            d.mtime_ns = now;
+            d.ctime_ns = now;
+            put_inode_tx(tx, &d)
+        })
+    }
+
     /// Create a directory.
     pub fn mkdir(&self, cred: &Cred, start: u64, path: &[u8], mode: u32) -> FsResult<u64> {
         let (dir, name) = match self.resolve_parent(cred, start, path) {
@@ -961,6 +1160,7 @@ impl Fs {
             } else {
                 if i.nlink == 0 {
                     count_files_tx(tx, -1)?;
+                    tx.put(key(0, Kind::Orphan, ino), &[])?;
                 }
                 put_inode_tx(tx, &i)?;
             }
@@ -1140,6 +1340,7 @@ impl Fs {
                             } else {
                                 if di.nlink == 0 {
                                     count_files_tx(tx, -1)?;
+                                    tx.put(key(0, Kind::Orphan, dino), &[])?;
                                 }
                                 put_inode_tx(tx, &di)?;
                             }

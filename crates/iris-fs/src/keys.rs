@@ -18,6 +18,9 @@ pub(crate) enum Kind {
     Xattr = 3,
     /// Symlink target, offset 0.
     Symlink = 4,
+    /// Under inode 0: one record per orphan (an inode with no name left, kept while open),
+    /// offset = its inode number; reclaimed after a crash.
+    Orphan = 5,
 }
 
 /// Largest offset a key can carry.

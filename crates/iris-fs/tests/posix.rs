@@ -378,3 +378,121 @@ fn unlinked_open_file_stays_readable_until_release() {
         "only the root is left"
     );
 }
+
+#[test]
+fn punch_hole_zero_range_and_seek_data() {
+    let fs = fs();
+    let cred = Cred::root();
+    let f = fs
+        .open(
+            &cred,
+            ROOT_INO,
+            b"holes",
+            libc::O_CREAT | libc::O_RDWR,
+            0o644,
+        )
+        .expect("create");
+    fs.write(f.ino, 0, &vec![7u8; 5 * 4096]).expect("write");
+    assert_eq!(fs.getattr(f.ino).expect("stat").blocks, 5);
+    // Punch [1000, 1000 + 9000): block 1 goes whole, blocks 0 and 2 are zeroed in part.
+    fs.zero_range(f.ino, 1000, 9000, true).expect("punch");
+    let i = fs.getattr(f.ino).expect("stat");
+    assert_eq!(i.size, 5 * 4096, "punch keeps the size");
+    assert_eq!(i.blocks, 4, "one whole block deallocated");
+    let mut buf = vec![0xffu8; 5 * 4096];
+    fs.read(f.ino, 0, &mut buf).expect("read");
+    assert!(buf[..1000].iter().all(|b| *b == 7));
+    assert!(buf[1000..10_000].iter().all(|b| *b == 0));
+    assert!(buf[10_000..].iter().all(|b| *b == 7));
+    // SEEK_DATA / SEEK_HOLE see the hole at block 1.
+    assert_eq!(fs.seek_data(f.ino, 0, false).expect("hole"), 4096);
+    assert_eq!(fs.seek_data(f.ino, 4096, true).expect("data"), 8192);
+    assert_eq!(fs.seek_data(f.ino, 5 * 4096, true), Err(Errno::ENXIO));
+    // Zero range past the end grows the file unless KEEP_SIZE.
+    fs.zero_range(f.ino, 5 * 4096, 100, false)
+        .expect("zero range");
+    assert_eq!(fs.getattr(f.ino).expect("stat").size, 5 * 4096 + 100);
+    fs.zero_range(f.ino, 6 * 4096, 100, true)
+        .expect("zero range keep");
+    assert_eq!(fs.getattr(f.ino).expect("stat").size, 5 * 4096 + 100);
+    // A file with no blocks is one hole.
+    let e = fs
+        .open(
+            &cred,
+            ROOT_INO,
+            b"empty",
+            libc::O_CREAT | libc::O_RDWR,
+            0o644,
+        )
+        .expect("create");
+    fs.truncate(e.ino, 10_000).expect("truncate");
+    assert_eq!(fs.seek_data(e.ino, 0, true), Err(Errno::ENXIO));
+    assert_eq!(fs.seek_data(e.ino, 0, false).expect("hole"), 0);
+}
+
+#[test]
+fn unnamed_files_get_names_and_orphans_are_reclaimed_after_a_crash() {
+    let sim = Arc::new(SimMedia::new(16 << 20));
+    let opts = CreateOptions {
+        size_limit_bytes: 16 << 20,
+        initial_bytes: 16 << 20,
+        ..CreateOptions::default()
+    };
+    let boot = |n: u128| OpenOptions {
+        boot_id: Some(n),
+        commit_interval: None,
+    };
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("store");
+    let fs = Fs::on_store(store).expect("fs");
+    let cred = Cred::root();
+    // O_TMPFILE: unnamed, writable, then linked in.
+    let t = fs.create_unnamed(&cred, ROOT_INO, 0o600).expect("tmpfile");
+    fs.retain(t.ino);
+    fs.write(t.ino, 0, b"made in the dark").expect("write");
+    assert_eq!(
+        fs.readdir(ROOT_INO, 0, 10).expect("ls").len(),
+        2,
+        "unnamed file is not listed"
+    );
+    fs.link_inode(&cred, t.ino, ROOT_INO, b"named")
+        .expect("link");
+    assert_eq!(fs.getattr(t.ino).expect("stat").nlink, 1);
+    fs.release(t.ino).expect("release");
+    let mut buf = [0u8; 16];
+    let named = fs
+        .resolve(&cred, ROOT_INO, b"named", true)
+        .expect("resolve");
+    fs.read(named, 0, &mut buf).expect("read");
+    assert_eq!(&buf, b"made in the dark");
+    // An unlinked file still open when the machine crashes is reclaimed at the next open.
+    let o = fs
+        .open(
+            &cred,
+            ROOT_INO,
+            b"doomed",
+            libc::O_CREAT | libc::O_RDWR,
+            0o644,
+        )
+        .expect("create");
+    fs.retain(o.ino);
+    fs.write(o.ino, 0, &vec![1u8; 40_000]).expect("write");
+    fs.unlink(&cred, ROOT_INO, b"doomed").expect("unlink");
+    fs.sync().expect("commit");
+    let used_with_orphan = fs.store().stats().expect("stats").used_blocks;
+    let mut rng = rand::rngs::mock::StepRng::new(0, 0);
+    let image = sim.crash_image(&mut rng, 0.0);
+    drop(fs);
+    let store =
+        Store::open_on(Box::new(Arc::new(SimMedia::from_image(&image))), &boot(2)).expect("reopen");
+    let fs = Fs::on_store(store).expect("fs");
+    assert_eq!(
+        fs.getattr(o.ino).err(),
+        Some(Errno::ENOENT),
+        "orphan reclaimed"
+    );
+    fs.sync().expect("commit");
+    fs.sync().expect("commit");
+    assert!(fs.store().stats().expect("stats").used_blocks < used_with_orphan);
+    assert_eq!(fs.store().verify().expect("verify").leaked_blocks, 0);
+    assert!(fs.resolve(&cred, ROOT_INO, b"named", true).is_ok());
+}

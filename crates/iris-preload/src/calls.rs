@@ -36,9 +36,25 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         Ok(f) => f,
         Err(e) => return fail(e.0),
     };
-    let inode = match fs.open(&cred(), start, path, flags, mode & !umask_now() & 0o7777) {
+    let opened = if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        let c = cred();
+        let acc = flags & libc::O_ACCMODE;
+        if acc != libc::O_WRONLY && acc != libc::O_RDWR {
+            return fail(libc::EINVAL);
+        }
+        fs.resolve(&c, start, path, true)
+            .and_then(|dir| fs.create_unnamed(&c, dir, mode & !umask_now() & 0o7777))
+    } else {
+        fs.open(&cred(), start, path, flags, mode & !umask_now() & 0o7777)
+    };
+    let inode = match opened {
         Ok(i) => i,
         Err(e) => return fail(e.0),
+    };
+    let flags = if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        flags & !libc::O_TMPFILE
+    } else {
+        flags
     };
     let keep =
         flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY | libc::O_CLOEXEC);
@@ -1345,15 +1361,20 @@ fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<()
     }
     let _b = Busy::enter();
     let fs = fs_or_eio()?;
-    match mode {
+    let (off, len) = (off as u64, len as u64);
+    let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+    match mode & !libc::FALLOC_FL_KEEP_SIZE {
         0 => {
-            let end = (off + len) as u64;
-            if fs.getattr(file.ino)?.size < end {
+            // Copy-on-write allocates at write time; only the size changes.
+            let end = off + len;
+            if !keep && fs.getattr(file.ino)?.size < end {
                 fs.truncate(file.ino, end)?;
             }
             Ok(())
         }
-        libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+        libc::FALLOC_FL_PUNCH_HOLE if keep => fs.zero_range(file.ino, off, len, true),
+        libc::FALLOC_FL_PUNCH_HOLE => Err(Errno::EOPNOTSUPP),
+        libc::FALLOC_FL_ZERO_RANGE => fs.zero_range(file.ino, off, len, keep),
         _ => Err(Errno::EOPNOTSUPP),
     }
 }

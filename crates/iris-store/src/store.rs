@@ -147,6 +147,9 @@ pub(crate) struct Inner {
     facts: VolumeFacts,
     latency: LatencyModel,
     failed: AtomicBool,
+    /// Whether this open rebuilt the working state from the superblocks (first open after a
+    /// reboot or power loss).
+    recovered: bool,
 }
 
 /// A volume opened as a key-value store. Cheap to share between threads (`&Store` is enough).
@@ -335,7 +338,7 @@ impl Store {
         }
         header.stamp(open.boot_id.unwrap_or_else(kernel_boot_id));
         Ok(Store::assemble(
-            media, layout, header, alloc, volume_id, inline_max, open,
+            false, media, layout, header, alloc, volume_id, inline_max, open,
         ))
     }
 
@@ -374,6 +377,7 @@ impl Store {
         }
         let inline_max = sb.inline_max;
         Ok(Store::assemble(
+            !trusted,
             media,
             layout,
             header,
@@ -384,7 +388,9 @@ impl Store {
         ))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
+        recovered: bool,
         media: Box<dyn Media>,
         layout: Layout,
         header: Header,
@@ -407,6 +413,7 @@ impl Store {
             },
             latency,
             failed: AtomicBool::new(false),
+            recovered,
         });
         let mut store = Store {
             inner,
@@ -430,6 +437,12 @@ impl Store {
             .name("iris-commit".into())
             .spawn(move || commit_timer(weak, stop, interval));
         self.timer = handle.ok();
+    }
+
+    /// Whether opening rebuilt the working state from the last commit (after a reboot or power
+    /// loss): no other process can be using the volume, and in-memory-only state is gone.
+    pub fn recovered(&self) -> bool {
+        self.inner.recovered
     }
 
     /// Block size in bytes.
