@@ -101,7 +101,7 @@ fn random_op(rng: &mut StdRng, fs: &Fs, bs: usize) {
 
 fn one_point(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let bs: u32 = if seed % 3 == 0 { 512 } else { 4096 };
+    let bs: u32 = if seed.is_multiple_of(3) { 512 } else { 4096 };
     let size = 8u64 << 20;
     let sim = Arc::new(SimMedia::new(size));
     let opts = CreateOptions {
