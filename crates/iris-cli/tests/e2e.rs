@@ -221,3 +221,24 @@ print(os.getxattr("/iris/py/e/g", "user.k"), os.listxattr("/iris/py/e/g"))
         "['g']\n['g'] 10000\nb'tmp' /iris/py\nb'v' ['user.k']\n"
     );
 }
+
+#[test]
+fn scrubbed_environment_keeps_iris_and_report_counts_calls() {
+    let v = Volume::new("exec");
+    let out = v.sh_ok(
+        "echo kept > /iris/k && env -i /bin/cat /iris/k && env -i /bin/sh -c 'echo child > /iris/c' && cat /iris/c",
+    );
+    assert_eq!(out, "kept\nchild\n");
+    let out = Command::new(IRIS)
+        .args(["run", "--volume"])
+        .arg(&v.0)
+        .args(["--", "cat", "/iris/k"])
+        .env("IRIS_REPORT", "1")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("iris report (pid") && err.contains("open=1") && err.contains("read=2"),
+        "{err}"
+    );
+}

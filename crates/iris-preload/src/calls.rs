@@ -13,6 +13,7 @@ use crate::description::Desc;
 use crate::errno::{fail, set};
 use crate::fdtable::{self, OpenFile};
 use crate::real;
+use crate::report::{count, Call};
 use crate::route::{target, target_at, Target};
 use crate::state::{self, cred, Busy};
 
@@ -31,6 +32,7 @@ fn umask_now() -> u32 {
 
 /// Open `path` in Iris and give it a placeholder fd.
 fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
+    count(Call::Open);
     let _b = Busy::enter();
     let fs = match fs_or_eio() {
         Ok(f) => f,
@@ -207,6 +209,7 @@ creat_fn!(creat64, creat64);
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let was_iris = match fdtable::remove(fd) {
         Some(file) => {
+            count(Call::Close);
             crate::locks::release_process_locks(file.ino);
             drop_file(file);
             true
@@ -223,6 +226,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 
 /// Read at the description's offset and advance it.
 fn read_at_offset(file: &OpenFile, buf: &mut [u8]) -> ssize_t {
+    count(Call::Read);
     if !file.readable() {
         return fail(libc::EBADF);
     }
@@ -244,6 +248,7 @@ fn read_at_offset(file: &OpenFile, buf: &mut [u8]) -> ssize_t {
 }
 
 fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
+    count(Call::Write);
     if !file.writable() {
         return fail(libc::EBADF);
     }
@@ -276,6 +281,7 @@ fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
 }
 
 fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
+    count(Call::Pread);
     if !file.readable() {
         return fail(libc::EBADF);
     }
@@ -296,6 +302,7 @@ fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
 }
 
 fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
+    count(Call::Pwrite);
     if !file.writable() {
         return fail(libc::EBADF);
     }
@@ -584,6 +591,7 @@ pub unsafe extern "C" fn pwritev(
 }
 
 fn seek_file(file: &OpenFile, off: i64, whence: c_int) -> i64 {
+    count(Call::Seek);
     let _b = Busy::enter();
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
@@ -657,6 +665,7 @@ unsafe fn fill_stat(st: *mut libc::stat, i: &Inode, fs: &Fs) {
 
 /// stat by path; `follow` for stat, not lstat.
 fn stat_path(start: u64, path: &[u8], follow: bool, st: *mut libc::stat) -> c_int {
+    count(Call::Stat);
     let _b = Busy::enter();
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
@@ -675,6 +684,7 @@ fn stat_path(start: u64, path: &[u8], follow: bool, st: *mut libc::stat) -> c_in
 }
 
 fn stat_fd(file: &OpenFile, st: *mut libc::stat) -> c_int {
+    count(Call::Stat);
     let _b = Busy::enter();
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
@@ -874,6 +884,7 @@ pub unsafe extern "C" fn statx(
 
 /// Run `f` on the file system for an Iris path op, translating errors to errno.
 fn path_op(f: impl FnOnce(&Fs) -> Result<(), Errno>) -> c_int {
+    count(Call::Path);
     let _b = Busy::enter();
     match fs_or_eio().and_then(f) {
         Ok(()) => 0,
@@ -1137,6 +1148,7 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     if fdtable::is_iris(fd) {
+        count(Call::Sync);
         return path_op(|fs| fs.sync());
     }
     // SAFETY: forwarding.
@@ -1146,6 +1158,7 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     if fdtable::is_iris(fd) {
+        count(Call::Sync);
         return path_op(|fs| fs.sync());
     }
     // SAFETY: forwarding.
@@ -1265,6 +1278,7 @@ fn mmap_iris(
     flags: c_int,
     off: i64,
 ) -> *mut c_void {
+    count(Call::Mmap);
     let shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
     if shared && prot & libc::PROT_WRITE != 0 {
         state::log("writable MAP_SHARED mapping of an Iris file refused (ENODEV)");

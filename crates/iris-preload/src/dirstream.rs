@@ -135,6 +135,7 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
 
 /// Next entry of an Iris stream, as a dirent64 inside the stream.
 fn next(d: &mut IrisDir) -> *mut dirent64 {
+    crate::report::count(crate::report::Call::Readdir);
     if d.at >= d.batch.len() {
         if d.eof {
             return std::ptr::null_mut();

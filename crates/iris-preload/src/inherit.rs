@@ -11,6 +11,8 @@ use crate::state::{self, Busy};
 /// Runs before `main` (from `.init_array`).
 extern "C" fn on_load() {
     let _b = Busy::enter();
+    crate::exec::capture();
+    crate::report::init();
     crate::cwd::adopt_pwd();
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;

@@ -717,3 +717,47 @@ real_fn!(
     fn(p: *const c_char, r: *mut c_char) -> *mut c_char,
     std::ptr::null_mut()
 );
+real_fn!(
+    execve,
+    "execve",
+    fn(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    execvpe,
+    "execvpe",
+    fn(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    fexecve,
+    "fexecve",
+    fn(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int,
+    -1
+);
+real_fn!(
+    posix_spawn,
+    "posix_spawn",
+    fn(
+        pid: *mut libc::pid_t,
+        p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t,
+        at: *const libc::posix_spawnattr_t,
+        a: *const *mut c_char,
+        e: *const *mut c_char,
+    ) -> c_int,
+    libc::ENOSYS
+);
+real_fn!(
+    posix_spawnp,
+    "posix_spawnp",
+    fn(
+        pid: *mut libc::pid_t,
+        p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t,
+        at: *const libc::posix_spawnattr_t,
+        a: *const *mut c_char,
+        e: *const *mut c_char,
+    ) -> c_int,
+    libc::ENOSYS
+);

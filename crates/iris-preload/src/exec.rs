@@ -1,0 +1,184 @@
+//! Keeping Iris across exec. A program may run another with a scrubbed environment (`env -i`,
+//! `execve(path, argv, NULL)`): the new image would then lose `LD_PRELOAD` and the Iris settings
+//! and could no longer see its inherited Iris fds or working directory. Every exec entry point
+//! puts the Iris variables back into the environment it passes on. (glibc's exec* functions call
+//! `execve` internally, past the interposer, so each is interposed.)
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{CStr, CString};
+
+use libc::{c_char, c_int, pid_t};
+
+use crate::errno::fail;
+use crate::real;
+
+/// Variables that must survive an exec.
+const KEEP: [&str; 5] = [
+    "LD_PRELOAD",
+    "IRIS_VOLUME",
+    "IRIS_MOUNT",
+    "IRIS_COMMIT_INTERVAL_MS",
+    "IRIS_LOG",
+];
+
+/// Our own values of the variables, captured at load (before the program can change them).
+fn ours() -> &'static [CString] {
+    static OURS: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
+    OURS.get_or_init(|| {
+        KEEP.iter()
+            .filter_map(|k| {
+                let v = std::env::var_os(k)?;
+                let mut s = k.as_bytes().to_vec();
+                s.push(b'=');
+                s.extend_from_slice(v.as_encoded_bytes());
+                CString::new(s).ok()
+            })
+            .collect()
+    })
+}
+
+/// Capture the settings while the environment is still the one we were started with.
+pub(crate) fn capture() {
+    let _ = ours();
+}
+
+/// `envp` plus any of our variables it lacks (an LD_PRELOAD without our library gets it added).
+///
+/// # Safety
+/// `envp` NULL or a NULL-terminated array of C strings.
+unsafe fn patched_env(envp: *const *const c_char) -> (Vec<CString>, Vec<*const c_char>) {
+    let mut owned: Vec<CString> = Vec::new();
+    let mut have: Vec<Vec<u8>> = Vec::new();
+    if !envp.is_null() {
+        let mut i = 0;
+        loop {
+            // SAFETY: per the contract, a NULL-terminated array.
+            let p = unsafe { *envp.add(i) };
+            if p.is_null() {
+                break;
+            }
+            // SAFETY: a C string of the array.
+            let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+            have.push(bytes.to_vec());
+            i += 1;
+        }
+    }
+    for want in ours() {
+        let w = want.as_bytes();
+        let name = &w[..w.iter().position(|b| *b == b'=').unwrap_or(w.len()) + 1];
+        match have.iter_mut().find(|h| h.starts_with(name)) {
+            None => have.push(w.to_vec()),
+            Some(h) if name == b"LD_PRELOAD=" => {
+                let lib = &w[name.len()..];
+                if !h.windows(lib.len().max(1)).any(|x| x == lib) {
+                    let mut merged = w.to_vec();
+                    if h.len() > name.len() {
+                        merged.push(b':');
+                        merged.extend_from_slice(&h[name.len()..]);
+                    }
+                    *h = merged;
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    for h in have {
+        if let Ok(c) = CString::new(h) {
+            owned.push(c);
+        }
+    }
+    let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    (owned, ptrs)
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+fn current_env() -> *const *const c_char {
+    // SAFETY: reading the process's environment pointer.
+    unsafe { environ }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: the caller's environment array.
+    let (_keep, env) = unsafe { patched_env(envp) };
+    // SAFETY: forwarding with the patched environment.
+    unsafe { real::execve(path, argv, env.as_ptr()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: as execve with the current environment.
+    unsafe { execve(path, argv, current_env()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: the caller's environment array.
+    let (_keep, env) = unsafe { patched_env(envp) };
+    // SAFETY: forwarding with the patched environment.
+    unsafe { real::execvpe(file, argv, env.as_ptr()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: as execvpe with the current environment.
+    unsafe { execvpe(file, argv, current_env()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    if crate::fdtable::is_iris(fd) {
+        // The fd is a description memfd, not the program: executing Iris files is not served.
+        return fail(libc::ENOEXEC);
+    }
+    // SAFETY: the caller's environment array.
+    let (_keep, env) = unsafe { patched_env(envp) };
+    // SAFETY: forwarding with the patched environment.
+    unsafe { real::fexecve(fd, argv, env.as_ptr()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: the caller's environment array.
+    let (_keep, env) = unsafe { patched_env(envp.cast()) };
+    // SAFETY: forwarding with the patched environment.
+    unsafe { real::posix_spawn(pid, path, actions, attr, argv, env.as_ptr().cast()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: the caller's environment array.
+    let (_keep, env) = unsafe { patched_env(envp.cast()) };
+    // SAFETY: forwarding with the patched environment.
+    unsafe { real::posix_spawnp(pid, file, actions, attr, argv, env.as_ptr().cast()) }
+}
