@@ -7,6 +7,7 @@
 //! `store.rs`. Raw pointer access to the mapping is confined to `region.rs`.
 
 mod allocator;
+mod blocklist;
 mod commit;
 mod error;
 mod header;

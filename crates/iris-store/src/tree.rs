@@ -11,6 +11,7 @@
 use iris_media::Media;
 
 use crate::allocator::Allocator;
+use crate::blocklist::BlockList;
 use crate::error::{Result, StoreError};
 use crate::header::Header;
 use crate::key::Key;
@@ -140,8 +141,8 @@ pub(crate) struct Txn<'a> {
     wgen: u64,
     root: u64,
     publish_at_root: bool,
-    fresh: Vec<u64>,
-    released: Vec<(u64, u64)>,
+    fresh: BlockList<u64, 16>,
+    released: BlockList<(u64, u64), 16>,
 }
 
 impl<'a> Txn<'a> {
@@ -152,8 +153,8 @@ impl<'a> Txn<'a> {
             wgen: cx.header.working_gen(),
             root: cx.header.working_root(),
             publish_at_root: batch,
-            fresh: Vec::new(),
-            released: Vec::new(),
+            fresh: BlockList::new(),
+            released: BlockList::new(),
         }
     }
 
@@ -514,8 +515,8 @@ impl<'a> Txn<'a> {
         }
         self.cx.header.set_dirty(1);
         let newest_snapshot = self.cx.header.newest_snapshot_generation();
-        let released = std::mem::take(&mut self.released);
-        for (block, birth) in released {
+        let released = self.released.take();
+        for (block, birth) in released.iter() {
             if self.is_fresh(block) {
                 // Never published: no reader can have seen it.
                 self.cx.alloc.free_now(block);
@@ -535,7 +536,7 @@ impl<'a> Txn<'a> {
     /// Undo an unpublished transaction: free what it allocated. Only valid when nothing was
     /// published (batches, or a single operation that failed before its publish).
     pub fn abort(mut self) {
-        for b in std::mem::take(&mut self.fresh) {
+        for b in self.fresh.take().iter() {
             self.cx.alloc.free_now(b);
         }
     }
