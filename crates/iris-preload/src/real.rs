@@ -19,7 +19,7 @@ pub(crate) fn resolve(slot: &AtomicUsize, sym: &'static [u8]) -> usize {
 /// Declare `pub unsafe fn name(args) -> ret` calling libc's `name`; `fail` is returned (with
 /// errno ENOSYS) if libc lacks it.
 macro_rules! real_fn {
-    ($name:ident, $sym:literal, fn($($a:ident: $t:ty),*) -> $r:ty, $fail:expr) => {
+    ($name:ident, $sym:literal, fn($($a:ident: $t:ty),* $(,)?) -> $r:ty, $fail:expr $(,)?) => {
         #[allow(clippy::missing_safety_doc)]
         pub unsafe fn $name($($a: $t),*) -> $r {
             static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -172,8 +172,15 @@ impl Allocator {
             return;
         }
         self.region.write_u64(off, bits | (1 << (b % 64)));
-        // One summary bit per P word.
-        let soff = self.layout.summary_off + (word / 64) * 8;
+        // One summary bit per P word; remember which summary words to visit at commit.
+        let sw = word / 64;
+        if sw < self.header.pending_lo() {
+            self.header.set_pending_lo(sw);
+        }
+        if sw > self.header.pending_hi() {
+            self.header.set_pending_hi(sw);
+        }
+        let soff = self.layout.summary_off + sw * 8;
         let sbits = self.region.read_u64(soff);
         self.region.write_u64(soff, sbits | (1 << (word % 64)));
         self.header
@@ -186,7 +193,8 @@ impl Allocator {
         self.readers.grace_period();
         self.drain();
         let summary_words = self.layout.summary_bytes / 8;
-        for sw in 0..summary_words {
+        let (lo, hi) = (self.header.pending_lo(), self.header.pending_hi());
+        for sw in (lo..=hi.min(summary_words.saturating_sub(1))).filter(|_| lo <= hi) {
             let soff = self.layout.summary_off + sw * 8;
             let mut sbits = self.region.read_u64(soff);
             while sbits != 0 {
@@ -212,6 +220,9 @@ impl Allocator {
             }
             self.region.write_u64(soff, 0);
         }
+        // Reset the range last: a writer killed above leaves it covering what is left.
+        self.header.set_pending_lo(u64::MAX);
+        self.header.set_pending_hi(0);
         self.header.set_pending_blocks(0);
     }
 
@@ -229,6 +240,8 @@ impl Allocator {
         }
         self.header.set_used_blocks(l.data_start);
         self.header.set_pending_blocks(0);
+        self.header.set_pending_lo(u64::MAX);
+        self.header.set_pending_hi(0);
         self.header.set_alloc_hint(l.data_start / 64);
     }
 

@@ -37,10 +37,14 @@ const SNAP_TABLE: u64 = 152;
 pub(crate) const MUTEX: u64 = 576;
 pub(crate) const MUTEX_BYTES: u64 = 64;
 const VOLUME_ID: u64 = 640;
+/// Range of pending-free summary words touched since the last commit (lo, hi inclusive).
+const PENDING_LO: u64 = 672;
+const PENDING_HI: u64 = 680;
 
 const _: () = assert!(SNAP_TABLE + (MAX_SNAPSHOTS * SNAP_ENTRY_BYTES) as u64 <= MUTEX);
 const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() as u64 <= MUTEX_BYTES);
 const _: () = assert!(VOLUME_ID + 8 <= crate::readers::EPOCH_OFF);
+const _: () = assert!(PENDING_HI + 8 <= crate::readers::LIMBO_OFF);
 const _: () = assert!(crate::readers::END_OFF <= crate::layout::HEADER_BYTES);
 
 /// Typed access to the header fields.
@@ -92,6 +96,8 @@ impl Header {
     field!(pending_blocks, set_pending_blocks, PENDING_BLOCKS);
     field!(committed_slot, set_committed_slot, COMMITTED_SLOT);
     field!(volume_id, set_volume_id, VOLUME_ID);
+    field!(pending_lo, set_pending_lo, PENDING_LO);
+    field!(pending_hi, set_pending_hi, PENDING_HI);
 
     /// Offset of the working-root word (the publish point of the whole working tree).
     pub fn working_root_off(&self) -> u64 {
