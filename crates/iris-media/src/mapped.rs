@@ -21,6 +21,9 @@ pub enum MediaKind {
     BlockDevice,
     /// A DAX mapping of persistent memory: cache-line write-back and a store fence.
     Dax,
+    /// A file in a RAM file system (tmpfs, e.g. /dev/shm): memory is the medium, nothing to
+    /// write back; persist is a store fence (ordering only).
+    Ram,
 }
 
 /// A volume mapped from a file or device.
@@ -63,6 +66,8 @@ impl MappedMedia {
             MediaKind::BlockDevice
         } else if std::env::var_os("IRIS_DAX").is_some() {
             MediaKind::Dax
+        } else if on_tmpfs(&file) {
+            MediaKind::Ram
         } else {
             MediaKind::File
         };
@@ -119,6 +124,16 @@ impl MappedMedia {
     pub fn relock(&self, mode: LockMode) -> Result<(), MediaError> {
         lock::lock(&self.file, &self.path, mode)
     }
+}
+
+/// Whether `file` lives on tmpfs (statfs magic TMPFS_MAGIC).
+fn on_tmpfs(file: &File) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: all-zero is a valid statfs; fstatfs fills it for a valid descriptor.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the pointer refers to a live local.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
 }
 
 /// Size of a block device in bytes (BLKGETSIZE64).
@@ -183,6 +198,10 @@ impl Media for MappedMedia {
         }
         let end = offset.saturating_add(len).min(self.mapped_len());
         match self.kind {
+            MediaKind::Ram => {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            }
             MediaKind::Dax => {
                 crate::mapped::flush_cache_lines(self.base(), offset, end);
                 Ok(())

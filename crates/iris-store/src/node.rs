@@ -245,6 +245,90 @@ impl Node {
         }
     }
 
+    /// Copy this node into the fresh block `dst`, born in `birth`, checksum cleared: the start of a
+    /// copy-on-write that changes a few words instead of rebuilding the node slot by slot.
+    pub fn copy_to(&self, dst: u64, birth: u64) -> Node {
+        let dst_off = self.layout.offset(dst);
+        self.region.copy_within(self.off, dst_off, self.bs);
+        self.region.write_u64(dst_off + H_BIRTH, birth);
+        self.region.write_u32(dst_off + H_CRC, 0);
+        Node {
+            block: dst,
+            off: dst_off,
+            birth,
+            ..*self
+        }
+    }
+
+    /// Internal, unpublished node only: point slot `i` at `child`.
+    pub fn set_child(&self, i: u16, child: u64) {
+        self.region.write_u64(self.child_word_off(i), child);
+    }
+
+    /// Leaf, unpublished only: make slot `i` an out-of-line value.
+    pub fn set_block_value(&self, i: u16, block: u64, gen: u64, len: u32) {
+        let at = self.slot_off(i);
+        self.region.write_u64(at + 16, block);
+        self.region.write_u64(at + 24, gen);
+        self.region.write_u32(at + 32, len);
+        self.region.write_u32(at + 36, FLAG_BLOCK);
+    }
+
+    /// Leaf, unpublished only: overwrite the inline value of slot `i` with `bytes` of the same
+    /// length. Returns false if the slot is not an inline value of that length.
+    pub fn set_inline_same_len(&self, i: u16, bytes: &[u8]) -> bool {
+        let at = self.slot_off(i);
+        let len = self.region.read_u32(at + 32) as usize;
+        let flags = self.region.read_u32(at + 36);
+        if flags & FLAG_BLOCK != 0 || len != bytes.len() {
+            return false;
+        }
+        let word = self.region.read_u64(at + 16);
+        if word + len as u64 > self.bs {
+            return false;
+        }
+        self.region.copy_in(self.off + word, bytes);
+        true
+    }
+
+    /// Leaf, unpublished only: insert `key`/`val` as slot `pos` if it fits, shifting later slots.
+    /// Returns the updated view, or `None` when the leaf is full (the caller splits).
+    pub fn insert_slot(&self, pos: u16, key: Key, val: Val<'_>) -> Option<Node> {
+        debug_assert!(self.is_leaf() && pos <= self.count);
+        let heap = u64::from(self.region.read_u32(self.off + H_HEAP));
+        let slots_end = NODE_HEADER + u64::from(self.count) * LEAF_SLOT;
+        let need_heap = val.heap_bytes();
+        if slots_end + LEAF_SLOT + need_heap > heap {
+            return None;
+        }
+        let at = self.slot_off(pos);
+        let tail = u64::from(self.count - pos) * LEAF_SLOT;
+        self.region.copy_within(at, at + LEAF_SLOT, tail);
+        self.region.write_u64(at, key.hi);
+        self.region.write_u64(at + 8, key.lo);
+        let mut new_heap = heap;
+        match val {
+            Val::Inline(bytes) => {
+                new_heap -= bytes.len() as u64;
+                self.region.copy_in(self.off + new_heap, bytes);
+                self.region.write_u64(at + 16, new_heap);
+                self.region.write_u64(at + 24, 0);
+                self.region.write_u32(at + 32, bytes.len() as u32);
+                self.region.write_u32(at + 36, 0);
+            }
+            Val::Block { block, len, gen } => {
+                self.region.write_u64(at + 16, block);
+                self.region.write_u64(at + 24, gen);
+                self.region.write_u32(at + 32, len);
+                self.region.write_u32(at + 36, FLAG_BLOCK);
+            }
+        }
+        let count = self.count + 1;
+        self.region.write_u16(self.off + H_COUNT, count);
+        self.region.write_u32(self.off + H_HEAP, new_heap as u32);
+        Some(Node { count, ..*self })
+    }
+
     /// crc32c of the node, its checksum field read as zero.
     pub fn compute_checksum(&self) -> u32 {
         let b = self.region.bytes(self.off, self.bs);

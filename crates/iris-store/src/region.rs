@@ -117,6 +117,22 @@ impl Region {
         self.bytes_mut(off, src.len() as u64).copy_from_slice(src);
     }
 
+    /// Copy `len` bytes from `src` to `dst` (the ranges may overlap).
+    #[inline]
+    pub(crate) fn copy_within(&self, src: u64, dst: u64, len: u64) {
+        self.check(src, len);
+        self.check(dst, len);
+        // SAFETY: both ranges are in bounds; `copy` allows overlap. Callers only write into
+        // blocks they own (fresh, unpublished) under the volume lock.
+        unsafe {
+            std::ptr::copy(
+                self.base.add(src as usize),
+                self.base.add(dst as usize),
+                len as usize,
+            )
+        }
+    }
+
     /// Raw pointer at `off` (for the process-shared mutex, which libc addresses by pointer).
     pub(crate) fn ptr(&self, off: u64, len: u64) -> *mut u8 {
         self.check(off, len);

@@ -178,6 +178,17 @@ impl<'a> Txn<'a> {
         self.is_fresh(node.block) || (!self.publish_at_root && node.birth == self.wgen)
     }
 
+    /// A fresh copy of `node` (see `Node::copy_to`).
+    fn cow(&mut self, node: &Node) -> Result<Node> {
+        let b = self.alloc()?;
+        Ok(node.copy_to(b, self.wgen))
+    }
+
+    /// Give back a fresh block this transaction no longer needs.
+    fn unalloc(&mut self, b: u64) {
+        self.released.push((b, self.wgen));
+    }
+
     fn alloc(&mut self) -> Result<u64> {
         let b = self.cx.alloc.alloc(self.cx.media)?;
         self.fresh.push(b);
@@ -257,6 +268,33 @@ impl<'a> Txn<'a> {
                         return Ok(());
                     }
                 }
+                // Same-shaped replacement in a leaf we may not write: copy it and change the
+                // slot in the copy (a block copy, not a rebuild).
+                match (old, val) {
+                    (Val::Block { len: old_len, .. }, Val::Block { block, len, gen })
+                        if old_len == len =>
+                    {
+                        let c = self.cow(&leaf)?;
+                        c.set_block_value(i, block, gen, len);
+                        self.release_value(old);
+                        self.release(leaf.block, leaf.birth);
+                        return self.propagate(path, depth, ([(key, c.block), (Key::MIN, 0)], 1));
+                    }
+                    (Val::Inline(o), Val::Inline(n)) if o.len() == n.len() => {
+                        let c = self.cow(&leaf)?;
+                        if c.set_inline_same_len(i, n) {
+                            self.release(leaf.block, leaf.birth);
+                            return self.propagate(
+                                path,
+                                depth,
+                                ([(key, c.block), (Key::MIN, 0)], 1),
+                            );
+                        }
+                        // Not the shape it claimed: drop the copy and rebuild.
+                        self.unalloc(c.block);
+                    }
+                    _ => {}
+                }
                 let n = leaf.count;
                 let children = self.build_leaves(
                     n,
@@ -280,6 +318,20 @@ impl<'a> Txn<'a> {
                 self.propagate(path, depth, children)
             }
             Err(pos) => {
+                // Room in the leaf: insert into a copy (or into the leaf itself if this
+                // transaction made it) instead of rebuilding.
+                if self.is_fresh(leaf.block) {
+                    if leaf.insert_slot(pos, key, val).is_some() {
+                        return Ok(());
+                    }
+                } else {
+                    let c = self.cow(&leaf)?;
+                    if c.insert_slot(pos, key, val).is_some() {
+                        self.release(leaf.block, leaf.birth);
+                        return self.propagate(path, depth, ([(key, c.block), (Key::MIN, 0)], 1));
+                    }
+                    self.unalloc(c.block);
+                }
                 let n = leaf.count + 1;
                 let children = self.build_leaves(
                     n,
@@ -448,6 +500,13 @@ impl<'a> Txn<'a> {
                     .region
                     .publish_u64(parent.child_word_off(idx), children.0[0].1);
                 return Ok(());
+            }
+            if children.1 == 1 {
+                let c = self.cow(&parent)?;
+                c.set_child(idx, children.0[0].1);
+                self.release(parent.block, parent.birth);
+                children = ([(parent.key(0), c.block), (Key::MIN, 0)], 1);
+                continue;
             }
             let (kids, k) = children;
             let n = parent.count - 1 + k as u16;
