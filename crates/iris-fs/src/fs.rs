@@ -683,25 +683,40 @@ impl Fs {
             let in_block = (off % bs) as usize;
             let new_block = Cell::new(false);
             let end_in_block = in_block + data.len();
-            self.store
-                .put_sized(
-                    key(ino, Kind::Data, first),
-                    |old_len| old_len.unwrap_or(0).max(end_in_block),
-                    |old, out| {
-                        let have = old.map_or(0, |o| o.len().min(out.len()));
-                        match old {
-                            // The write covers all the old bytes: nothing to keep.
-                            Some(_) if in_block == 0 && end_in_block >= have => {}
-                            Some(o) => out[..have].copy_from_slice(&o[..have]),
-                            None => new_block.set(true),
-                        }
-                        if in_block > have {
-                            out[have..in_block].fill(0);
-                        }
-                        out[in_block..end_in_block].copy_from_slice(data);
-                    },
-                )
-                .map_err(store_err)?;
+            if in_block == 0 && data.len() == bs as usize {
+                // A whole block: no old bytes to keep, so the copy runs outside the lock.
+                let existed = self
+                    .store
+                    .read(|v| v.get_with(key(ino, Kind::Data, first), |_| ()))
+                    .map_err(store_err)?
+                    .is_some();
+                new_block.set(!existed);
+                self.store
+                    .put_block(key(ino, Kind::Data, first), data.len(), |out| {
+                        out.copy_from_slice(data)
+                    })
+                    .map_err(store_err)?;
+            } else {
+                self.store
+                    .put_sized(
+                        key(ino, Kind::Data, first),
+                        |old_len| old_len.unwrap_or(0).max(end_in_block),
+                        |old, out| {
+                            let have = old.map_or(0, |o| o.len().min(out.len()));
+                            match old {
+                                // The write covers all the old bytes: nothing to keep.
+                                Some(_) if in_block == 0 && end_in_block >= have => {}
+                                Some(o) => out[..have].copy_from_slice(&o[..have]),
+                                None => new_block.set(true),
+                            }
+                            if in_block > have {
+                                out[have..in_block].fill(0);
+                            }
+                            out[in_block..end_in_block].copy_from_slice(data);
+                        },
+                    )
+                    .map_err(store_err)?;
+            }
             let found = self
                 .store
                 .patch_with(key(ino, Kind::Inode, 0), |rec, p| {

@@ -26,7 +26,12 @@ pub(crate) const LIMBO_CAPACITY: u64 = 64;
 pub(crate) const EPOCH_OFF: u64 = 656;
 pub(crate) const LIMBO_COUNT_OFF: u64 = 664;
 pub(crate) const LIMBO_OFF: u64 = 1024;
+pub(crate) const INFLIGHT_OFF: u64 = 1536;
+/// Blocks being filled outside the lock at once (see `Store::put_block`).
+pub(crate) const INFLIGHT_SLOTS: u64 = 32;
 pub(crate) const SLOTS_OFF: u64 = 2048;
+const _: () = assert!(LIMBO_OFF + LIMBO_CAPACITY * 8 <= INFLIGHT_OFF);
+const _: () = assert!(INFLIGHT_OFF + INFLIGHT_SLOTS * 16 <= SLOTS_OFF);
 /// Header bytes this module needs.
 pub(crate) const END_OFF: u64 = SLOTS_OFF + READER_SLOTS * SLOT_BYTES;
 
@@ -37,10 +42,33 @@ pub(crate) struct Readers {
     header_off: u64,
 }
 
+thread_local! {
+    /// This thread's (pid << 32 | tid), cached: two system calls per read would cost more than
+    /// the read. Cleared in a forked child, whose pid and tid differ.
+    static ME: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+extern "C" fn forget_me_after_fork() {
+    ME.with(|m| m.set(0));
+}
+
 fn me() -> u64 {
-    // SAFETY: getpid and gettid cannot fail.
-    let (pid, tid) = unsafe { (libc::getpid() as u64, libc::gettid() as u64) };
-    (pid << 32) | (tid & 0xffff_ffff)
+    ME.with(|m| {
+        let cached = m.get();
+        if cached != 0 {
+            return cached;
+        }
+        static AT_FORK: std::sync::Once = std::sync::Once::new();
+        AT_FORK.call_once(|| {
+            // SAFETY: registering a plain function to run in the child after fork.
+            unsafe { libc::pthread_atfork(None, None, Some(forget_me_after_fork)) };
+        });
+        // SAFETY: getpid and gettid cannot fail.
+        let (pid, tid) = unsafe { (libc::getpid() as u64, libc::gettid() as u64) };
+        let v = (pid << 32) | (tid & 0xffff_ffff);
+        m.set(v);
+        v
+    })
 }
 
 fn alive(owner: u64) -> bool {
@@ -86,6 +114,9 @@ impl Readers {
     pub fn reset(&self) {
         self.word(EPOCH_OFF).store(1, Ordering::Relaxed);
         self.word(LIMBO_COUNT_OFF).store(0, Ordering::Relaxed);
+        for i in 0..INFLIGHT_SLOTS {
+            self.word(INFLIGHT_OFF + i * 16).store(0, Ordering::Relaxed);
+        }
         for i in 0..READER_SLOTS {
             let (o, e) = self.slot(i);
             o.store(0, Ordering::Relaxed);
@@ -169,6 +200,47 @@ impl Readers {
             out.push(self.word(LIMBO_OFF + i * 8).load(Ordering::Relaxed));
         }
         count.store(0, Ordering::Release);
+    }
+
+    /// Reserve an in-flight slot for `block`, allocated but not yet published (caller holds the
+    /// lock). Garbage collection keeps reserved blocks. `None` if every slot is taken.
+    pub fn reserve(&self, block: u64) -> Option<u64> {
+        let who = me();
+        for i in 0..INFLIGHT_SLOTS {
+            let owner = self.word(INFLIGHT_OFF + i * 16);
+            if owner.load(Ordering::Acquire) == 0 {
+                self.word(INFLIGHT_OFF + i * 16 + 8)
+                    .store(block, Ordering::Relaxed);
+                owner.store(who, Ordering::Release);
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Release an in-flight slot (caller holds the lock).
+    pub fn unreserve(&self, slot: u64) {
+        self.word(INFLIGHT_OFF + slot * 16)
+            .store(0, Ordering::Release);
+    }
+
+    /// Blocks reserved by live writers; slots of dead processes are cleared (their blocks become
+    /// garbage). Caller holds the lock.
+    pub fn reserved(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for i in 0..INFLIGHT_SLOTS {
+            let owner = self.word(INFLIGHT_OFF + i * 16);
+            let o = owner.load(Ordering::Acquire);
+            if o == 0 {
+                continue;
+            }
+            if alive(o) {
+                out.push(self.word(INFLIGHT_OFF + i * 16 + 8).load(Ordering::Relaxed));
+            } else {
+                owner.store(0, Ordering::Release);
+            }
+        }
+        out
     }
 
     /// Blocks parked now.

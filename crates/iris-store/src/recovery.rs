@@ -219,5 +219,9 @@ pub(crate) fn collect(cx: &Ctx<'_>) -> Result<u64> {
         mark_tree(cx, s.root, &mut all, Walk::Mark, committed)?;
     }
     h.set_snapshot_held(all.count() - live_count);
+    // Blocks being filled outside the lock by live writers are not garbage yet.
+    for b in cx.alloc.readers().reserved() {
+        all.set(b);
+    }
     Ok(cx.alloc.sweep(all.words()))
 }

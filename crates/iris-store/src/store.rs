@@ -588,6 +588,80 @@ impl Store {
         Err(StoreError::NoSpace)
     }
 
+    /// Insert or replace `key` with an out-of-line value of `len` bytes (more than the inline
+    /// limit, at most a block) written by `fill` into a fresh data block *outside* the volume
+    /// lock: the copy of the data, the bulk of a block write, runs in parallel with other writers.
+    /// The lock is held only to allocate the block and to publish it.
+    pub fn put_block(&self, key: Key, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        if len > inner.layout.block_size as usize || len <= inner.facts.inline_max as usize {
+            // Inline-sized values go through the ordinary path.
+            let mut fill = Some(fill);
+            return self.put_with(key, len, |_, out| {
+                if let Some(f) = fill.take() {
+                    f(out)
+                }
+            });
+        }
+        let (block, slot) = {
+            let _g = inner.lock()?;
+            let b = match inner.alloc.alloc(inner.media.as_ref()) {
+                Ok(b) => b,
+                Err(StoreError::NoSpace) if inner.header.pending_blocks() > 0 => {
+                    inner.commit_locked()?;
+                    inner.alloc.alloc(inner.media.as_ref())?
+                }
+                Err(e) => return Err(e),
+            };
+            match inner.alloc.readers().reserve(b) {
+                Some(slot) => (b, slot),
+                None => {
+                    // Every in-flight slot is busy: fill under the lock instead.
+                    inner.alloc.free_now(b);
+                    drop(_g);
+                    let mut fill = Some(fill);
+                    return self.put_with(key, len, |_, out| {
+                        if let Some(f) = fill.take() {
+                            f(out)
+                        }
+                    });
+                }
+            }
+        };
+        // The block is allocated but referenced by nothing: only this thread touches it. A
+        // process killed here leaks it until the next garbage collection.
+        fill(
+            inner
+                .region
+                .bytes_mut(inner.layout.offset(block), len as u64),
+        );
+        inner.latency.on_write(1);
+        let g = inner.lock()?;
+        inner.alloc.readers().unreserve(slot);
+        let mut txn = Txn::begin(inner.cx(), false);
+        let gen = inner.header.working_gen();
+        match txn.put(
+            key,
+            Val::Block {
+                block,
+                len: len as u32,
+                gen,
+            },
+        ) {
+            Ok(()) => {
+                txn.commit_publish();
+                Ok(())
+            }
+            Err(e) => {
+                txn.abort();
+                inner.alloc.free_now(block);
+                drop(g);
+                Err(e)
+            }
+        }
+    }
+
     /// Update 8-byte little-endian words of the value of `key`, chosen by `f` from the old value:
     /// in place when the value's leaf is private to the working tree (no copy of the leaf), else
     /// by rewriting the value. Returns false if the key is absent.
@@ -950,7 +1024,11 @@ impl Store {
             recovery::mark_tree(&cx, root, &mut marks, Walk::Verify, committed)?;
         }
         let mut leaked = 0;
+        let reserved = inner.alloc.readers().reserved();
         for b in inner.layout.data_start..inner.layout.max_blocks {
+            if reserved.contains(&b) {
+                continue;
+            }
             let used = inner.alloc.is_used(b);
             if marks.get(b) && !used {
                 return Err(StoreError::corrupt(format!(

@@ -512,3 +512,38 @@ fn lock_free_readers_never_see_reused_blocks() {
     });
     assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
 }
+
+#[test]
+fn blocks_filled_outside_the_lock_survive_concurrent_garbage_collection() {
+    let (_sim, s) = sim_store(16 << 20, 4096);
+    std::thread::scope(|scope| {
+        let s = &s;
+        for t in 0..2u64 {
+            scope.spawn(move || {
+                for i in 0..1500u64 {
+                    let key = t * 10_000 + i % 300;
+                    let v = value(key, i, 4096);
+                    s.put_block(k(key), 4096, |out| out.copy_from_slice(&v))
+                        .expect("put_block");
+                }
+            });
+        }
+        scope.spawn(move || {
+            for _ in 0..200 {
+                s.collect_garbage().expect("gc");
+                std::thread::yield_now();
+            }
+        });
+    });
+    for t in 0..2u64 {
+        for j in 0..300u64 {
+            let key = t * 10_000 + j;
+            let last = (0..1500u64).filter(|i| i % 300 == j).max().expect("last");
+            let got = s
+                .get_with(k(key), |v| v == value(key, last, 4096).as_slice())
+                .expect("get");
+            assert_eq!(got, Some(true), "key {key} lost its last write");
+        }
+    }
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
