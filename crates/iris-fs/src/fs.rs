@@ -474,13 +474,19 @@ impl Fs {
             if path.ends_with(b"/") {
                 return Err(Errno::EISDIR);
             }
+            // An existing directory named by "/", "." or "..": O_EXCL reports it exists first.
+            let exists_err = if flags & libc::O_EXCL != 0 {
+                Errno::EEXIST
+            } else {
+                Errno::EISDIR
+            };
             let (dir, name) = match self.resolve_parent(cred, start, path) {
                 Ok(p) => p,
-                Err(Errno::EBUSY) => return Err(Errno::EISDIR),
+                Err(Errno::EBUSY) => return Err(exists_err),
                 Err(e) => return Err(e),
             };
             if name == b"." || name == b".." {
-                return Err(Errno::EISDIR);
+                return Err(exists_err);
             }
             let existing = self
                 .store
@@ -1142,7 +1148,13 @@ impl Fs {
             return Err(Errno::EISDIR);
         }
         if path.ends_with(b"/") {
-            let ino = self.resolve(cred, start, path, false)?;
+            // The last component itself, symlinks not followed: a directory is EISDIR, anything
+            // else with a trailing slash ENOTDIR.
+            let found = self
+                .store
+                .read(|v| Ok(Self::lookup_in(v, dir, &name)))
+                .map_err(store_err)??;
+            let ino = found.ok_or(Errno::ENOENT)?;
             return Err(if self.getattr(ino)?.is_dir() {
                 Errno::EISDIR
             } else {
