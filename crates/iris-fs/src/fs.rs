@@ -690,18 +690,38 @@ impl Fs {
             let new_block = Cell::new(false);
             let end_in_block = in_block + data.len();
             if in_block == 0 && data.len() == bs as usize {
-                // A whole block: no old bytes to keep, so the copy runs outside the lock.
+                // A whole block: no old bytes to keep, so the copy runs outside the lock, and
+                // the inode's size and times follow in the same lock hold as the publish.
                 let existed = self
                     .store
                     .read(|v| v.get_with(key(ino, Kind::Data, first), |_| ()))
                     .map_err(store_err)?
                     .is_some();
-                new_block.set(!existed);
-                self.store
-                    .put_block(key(ino, Kind::Data, first), data.len(), |out| {
-                        out.copy_from_slice(data)
-                    })
+                let found = self
+                    .store
+                    .put_block_then_patch(
+                        key(ino, Kind::Data, first),
+                        data.len(),
+                        |out| out.copy_from_slice(data),
+                        Some((
+                            key(ino, Kind::Inode, 0),
+                            |rec: &[u8], p: &mut iris_store::Patch| {
+                                if let Ok(i) = Inode::decode(ino, rec) {
+                                    p.set(inode::SIZE_OFF, i.size.max(end));
+                                    p.set(inode::MTIME_OFF, now as u64);
+                                    p.set(inode::CTIME_OFF, now as u64);
+                                    if !existed {
+                                        p.set(inode::BLOCKS_OFF, i.blocks + 1);
+                                    }
+                                }
+                            },
+                        )),
+                    )
                     .map_err(store_err)?;
+                if !found {
+                    return Err(Errno::ENOENT);
+                }
+                return Ok(data.len());
             } else {
                 self.store
                     .put_sized(

@@ -593,16 +593,34 @@ impl Store {
     /// lock: the copy of the data, the bulk of a block write, runs in parallel with other writers.
     /// The lock is held only to allocate the block and to publish it.
     pub fn put_block(&self, key: Key, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.put_block_then_patch(key, len, fill, None::<(Key, fn(&[u8], &mut Patch))>)
+            .map(|_| ())
+    }
+
+    /// [`Store::put_block`], then, in the same hold of the lock, [`Store::patch_with`] on
+    /// `then.0` (a file's data block and its inode's size and times: one lock round trip).
+    /// Returns whether the patched key existed (true when there was nothing to patch).
+    pub fn put_block_then_patch(
+        &self,
+        key: Key,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        then: Option<(Key, impl FnOnce(&[u8], &mut Patch))>,
+    ) -> Result<bool> {
         let inner = &*self.inner;
         inner.check_writable()?;
         if len > inner.layout.block_size as usize || len <= inner.facts.inline_max as usize {
             // Inline-sized values go through the ordinary path.
             let mut fill = Some(fill);
-            return self.put_with(key, len, |_, out| {
+            self.put_with(key, len, |_, out| {
                 if let Some(f) = fill.take() {
                     f(out)
                 }
-            });
+            })?;
+            return match then {
+                Some((k, f)) => self.patch_with(k, f),
+                None => Ok(true),
+            };
         }
         let (block, slot) = {
             let _g = inner.lock()?;
@@ -621,11 +639,15 @@ impl Store {
                     inner.alloc.free_now(b);
                     drop(_g);
                     let mut fill = Some(fill);
-                    return self.put_with(key, len, |_, out| {
+                    self.put_with(key, len, |_, out| {
                         if let Some(f) = fill.take() {
                             f(out)
                         }
-                    });
+                    })?;
+                    return match then {
+                        Some((k, f)) => self.patch_with(k, f),
+                        None => Ok(true),
+                    };
                 }
             }
         };
@@ -651,7 +673,12 @@ impl Store {
         ) {
             Ok(()) => {
                 txn.commit_publish();
-                Ok(())
+                let found = match then {
+                    Some((k, f)) => Self::patch_locked(inner, k, f)?,
+                    None => true,
+                };
+                drop(g);
+                Ok(found)
             }
             Err(e) => {
                 txn.abort();
@@ -669,6 +696,11 @@ impl Store {
         let inner = &*self.inner;
         inner.check_writable()?;
         let _g = inner.lock()?;
+        Self::patch_locked(inner, key, f)
+    }
+
+    /// [`Store::patch_with`] with the lock already held.
+    fn patch_locked(inner: &Inner, key: Key, f: impl FnOnce(&[u8], &mut Patch)) -> Result<bool> {
         let cx = inner.cx();
         let mut txn = Txn::begin(cx, false);
         let spot = txn.locate(key)?;
