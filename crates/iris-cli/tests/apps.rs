@@ -324,3 +324,65 @@ while True:
     }
     std::fs::remove_file(&py).ok();
 }
+
+#[test]
+fn sqlite3_wal_mode_with_concurrent_writers() {
+    let v = Volume::new("sqlite-wal");
+    let mut sql =
+        String::from("pragma journal_mode=wal; create table t(id integer primary key, w, v);");
+    for chunk in 0..10 {
+        sql.push_str("begin;");
+        for i in 0..1000 {
+            let id = chunk * 1000 + i;
+            sql.push_str(&format!("insert into t values({id}, 0, 'row-{id}');"));
+        }
+        sql.push_str("commit;");
+    }
+    let file = format!("/dev/shm/iris-wal-{}.sql", std::process::id());
+    std::fs::write(&file, &sql).expect("sql");
+    let out = v.sh_ok(&format!("sqlite3 /iris/wal.db < {file}"));
+    std::fs::remove_file(&file).ok();
+    assert_eq!(out, "wal\n");
+    let writer = |w: u32| {
+        format!(
+            "(for i in $(seq 1 100); do echo \"insert into t(w, v) values({w}, $i);\"; done) | \
+             sqlite3 -cmd '.timeout 20000' /iris/wal.db"
+        )
+    };
+    let out = v.sh_ok(&format!(
+        "{} & {} & wait; sqlite3 /iris/wal.db 'pragma integrity_check; pragma journal_mode; select count(*), count(distinct w) from t;'",
+        writer(1),
+        writer(2)
+    ));
+    assert_eq!(out, "ok\nwal\n10200|3\n");
+}
+
+#[test]
+fn shared_mappings_are_coherent_with_read_and_write_across_processes() {
+    let v = Volume::new("mmap");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import mmap, os
+fd = os.open("/iris/m", os.O_CREAT | os.O_RDWR, 0o644)
+os.ftruncate(fd, 8192)
+m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:5] = b"hello"
+pid = os.fork()
+if pid == 0:
+    f = os.open("/iris/m", os.O_RDWR)
+    print("child read:", os.pread(f, 5, 0))
+    os.pwrite(f, b"WORLD", 4096)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent map:", m[4096:4101])
+m.close()
+os.fsync(fd)
+os.close(fd)
+print("after close:", open("/iris/m", "rb").read()[:5], os.path.getsize("/iris/m"))
+'"#,
+    );
+    assert_eq!(
+        out,
+        "child read: b'hello'\nparent map: b'WORLD'\nafter close: b'hello' 8192\n"
+    );
+}

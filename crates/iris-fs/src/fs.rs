@@ -633,7 +633,39 @@ impl Fs {
     }
 
     /// Read up to `buf.len()` bytes at `off`; holes read as zeros; returns bytes read (0 at EOF).
+    /// While the file is shadowed this reads the bytes last written back from the shadow.
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> FsResult<usize> {
+        Ok(self.read_impl(ino, off, buf, false)?.unwrap_or(0))
+    }
+
+    /// Mark or unmark `ino` as living in a shadow file (see [`Inode::SHADOWED`]).
+    pub fn set_shadowed(&self, ino: u64, on: bool) -> FsResult<()> {
+        self.update_inode(ino, |i| {
+            if on {
+                i.flags |= Inode::SHADOWED;
+            } else {
+                i.flags &= !Inode::SHADOWED;
+            }
+        })
+    }
+
+    /// [`Fs::read`], or `None` (nothing read) when the file's bytes live in a shadow file.
+    pub fn read_unless_shadowed(
+        &self,
+        ino: u64,
+        off: u64,
+        buf: &mut [u8],
+    ) -> FsResult<Option<usize>> {
+        self.read_impl(ino, off, buf, true)
+    }
+
+    fn read_impl(
+        &self,
+        ino: u64,
+        off: u64,
+        buf: &mut [u8],
+        honor_shadow: bool,
+    ) -> FsResult<Option<usize>> {
         let bs = self.block_size;
         self.store
             .read(|view| {
@@ -645,8 +677,11 @@ impl Fs {
                 if inode.is_dir() {
                     return Ok(Err(Errno::EISDIR));
                 }
+                if honor_shadow && inode.is_shadowed() {
+                    return Ok(Ok(None));
+                }
                 if off >= inode.size {
-                    return Ok(Ok(0));
+                    return Ok(Ok(Some(0)));
                 }
                 let n = (buf.len() as u64).min(inode.size - off) as usize;
                 let mut done = 0usize;
@@ -666,9 +701,22 @@ impl Fs {
                     }
                     done += chunk;
                 }
-                Ok(Ok(n))
+                Ok(Ok(Some(n)))
             })
             .map_err(store_err)?
+    }
+
+    /// [`Fs::write`], or `None` (nothing written) when the file's bytes live in a shadow file.
+    pub fn write_unless_shadowed(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+    ) -> FsResult<Option<usize>> {
+        if self.getattr(ino)?.is_shadowed() {
+            return Ok(None);
+        }
+        self.write(ino, off, data).map(Some)
     }
 
     /// Write `data` at `off`; returns bytes written. Extends the file as needed.

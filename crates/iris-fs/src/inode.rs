@@ -39,9 +39,20 @@ pub struct Inode {
     pub blocks: u64,
     /// For a directory: its parent's inode (what `..` names).
     pub parent: u64,
+    /// Flag bits ([`Inode::SHADOWED`]).
+    pub flags: u64,
 }
 
 impl Inode {
+    /// The file's bytes live in a host shadow file while a writable shared mapping exists (the
+    /// interposer serves reads and writes from it; see iris-preload `shadow`).
+    pub const SHADOWED: u64 = 1;
+
+    /// Whether the file's bytes currently live in a shadow file.
+    pub fn is_shadowed(&self) -> bool {
+        self.flags & Self::SHADOWED != 0
+    }
+
     /// File type bits.
     pub fn file_type(&self) -> u32 {
         self.mode & libc::S_IFMT
@@ -75,6 +86,7 @@ impl Inode {
         b[48..56].copy_from_slice(&self.rdev.to_le_bytes());
         b[56..64].copy_from_slice(&self.blocks.to_le_bytes());
         b[64..72].copy_from_slice(&self.parent.to_le_bytes());
+        b[72..80].copy_from_slice(&self.flags.to_le_bytes());
         b
     }
 
@@ -101,6 +113,7 @@ impl Inode {
             rdev: u64_at(48),
             blocks: u64_at(56),
             parent: u64_at(64),
+            flags: u64_at(72),
         })
     }
 }

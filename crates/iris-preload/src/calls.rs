@@ -99,6 +99,64 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
     fd
 }
 
+/// Read through the volume, or through the shadow file when the inode is shadowed.
+fn read_file(fs: &Fs, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    if let Some(n) = fs.read_unless_shadowed(ino, off, buf)? {
+        return Ok(n);
+    }
+    match crate::shadow::open(fs, ino, false) {
+        Ok(fd) => {
+            // SAFETY: reading the shadow into the caller's buffer.
+            let n = unsafe { real::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off as i64) };
+            if n < 0 {
+                Err(Errno::EIO)
+            } else {
+                Ok(n as usize)
+            }
+        }
+        // A stale flag (shadow lost): the volume's bytes serve.
+        Err(Errno::ENOENT) => fs.read(ino, off, buf),
+        Err(e) => Err(e),
+    }
+}
+
+/// Write through the volume, or through the shadow file when the inode is shadowed.
+fn write_file(fs: &Fs, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+    if let Some(n) = fs.write_unless_shadowed(ino, off, data)? {
+        return Ok(n);
+    }
+    match crate::shadow::open(fs, ino, false) {
+        Ok(fd) => {
+            // SAFETY: writing the caller's bytes into the shadow.
+            let n = unsafe { real::pwrite(fd, data.as_ptr().cast(), data.len(), off as i64) };
+            if n < 0 {
+                Err(Errno::EIO)
+            } else {
+                Ok(n as usize)
+            }
+        }
+        Err(Errno::ENOENT) => fs.write(ino, off, data),
+        Err(e) => Err(e),
+    }
+}
+
+/// The shadow fd of `ino` if its bytes live in one.
+fn shadow_of(fs: &Fs, ino: u64) -> Option<i32> {
+    if fs.getattr(ino).ok()?.is_shadowed() {
+        crate::shadow::open(fs, ino, false).ok()
+    } else {
+        None
+    }
+}
+
+/// Size of the file, from the shadow when there is one.
+fn file_size(fs: &Fs, ino: u64) -> Result<u64, Errno> {
+    match shadow_of(fs, ino) {
+        Some(fd) => crate::shadow::size(fd),
+        None => Ok(fs.getattr(ino)?.size),
+    }
+}
+
 /// Drop one reference to a description; the last one releases the inode (and its flock).
 fn drop_file(file: Arc<OpenFile>) {
     if Arc::strong_count(&file) == 1 {
@@ -211,6 +269,12 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         Some(file) => {
             count(Call::Close);
             crate::locks::release_process_locks(file.ino);
+            if let Some(fs) = state::fs() {
+                let _b = Busy::enter();
+                if shadow_of(fs, file.ino).is_some() {
+                    let _ = crate::shadow::write_back(fs, file.ino);
+                }
+            }
             drop_file(file);
             true
         }
@@ -238,7 +302,7 @@ fn read_at_offset(file: &OpenFile, buf: &mut [u8]) -> ssize_t {
         return fail(libc::EIO);
     };
     file.desc
-        .with_offset(|off| match fs.read(file.ino, *off, buf) {
+        .with_offset(|off| match read_file(fs, file.ino, *off, buf) {
             Ok(n) => {
                 *off += n as u64;
                 n as ssize_t
@@ -258,9 +322,13 @@ fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
     };
     let r = file.desc.with_offset(|off| {
         let r = if file.append() {
-            fs.append(file.ino, data).map(|at| at + data.len() as u64)
+            match shadow_of(fs, file.ino) {
+                Some(_) => file_size(fs, file.ino)
+                    .and_then(|at| write_file(fs, file.ino, at, data).map(|n| at + n as u64)),
+                None => fs.append(file.ino, data).map(|at| at + data.len() as u64),
+            }
         } else {
-            fs.write(file.ino, *off, data).map(|n| *off + n as u64)
+            write_file(fs, file.ino, *off, data).map(|n| *off + n as u64)
         };
         if let Ok(end) = r {
             *off = end;
@@ -295,7 +363,7 @@ fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
-    match fs.read(file.ino, off as u64, buf) {
+    match read_file(fs, file.ino, off as u64, buf) {
         Ok(n) => n as ssize_t,
         Err(e) => fail(e.0),
     }
@@ -315,9 +383,12 @@ fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
     };
     // Linux: pwrite on an O_APPEND description appends, whatever the offset.
     let r = if file.append() {
-        fs.append(file.ino, data).map(|_| data.len())
+        match shadow_of(fs, file.ino) {
+            Some(_) => file_size(fs, file.ino).and_then(|at| write_file(fs, file.ino, at, data)),
+            None => fs.append(file.ino, data).map(|_| data.len()),
+        }
     } else {
-        fs.write(file.ino, off as u64, data)
+        write_file(fs, file.ino, off as u64, data)
     };
     match r {
         Ok(n) => {
@@ -596,7 +667,7 @@ fn seek_file(file: &OpenFile, off: i64, whence: c_int) -> i64 {
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
-    let size = || fs.getattr(file.ino).map(|i| i.size as i64);
+    let size = || file_size(fs, file.ino).map(|s| s as i64);
     file.desc.with_offset(|cur| {
         let new = match whence {
             libc::SEEK_SET => Ok(off),
@@ -673,7 +744,12 @@ fn stat_path(start: u64, path: &[u8], follow: bool, st: *mut libc::stat) -> c_in
     match fs
         .resolve(&cred(), start, path, follow)
         .and_then(|ino| fs.getattr(ino))
-    {
+        .map(|mut i| {
+            if i.is_shadowed() {
+                i.size = file_size(fs, i.ino).unwrap_or(i.size);
+            }
+            i
+        }) {
         Ok(i) => {
             // SAFETY: the caller's stat buffer.
             unsafe { fill_stat(st, &i, fs) };
@@ -689,7 +765,12 @@ fn stat_fd(file: &OpenFile, st: *mut libc::stat) -> c_int {
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
-    match fs.getattr(file.ino) {
+    match fs.getattr(file.ino).map(|mut i| {
+        if i.is_shadowed() {
+            i.size = file_size(fs, i.ino).unwrap_or(i.size);
+        }
+        i
+    }) {
         Ok(i) => {
             // SAFETY: the caller's stat buffer.
             unsafe { fill_stat(st, &i, fs) };
@@ -948,11 +1029,27 @@ pub unsafe extern "C" fn faccessat(
     }
 }
 
+/// unlink, removing the shadow file of an inode that loses its last name.
+fn unlink_iris(fs: &Fs, start: u64, path: &[u8]) -> Result<(), Errno> {
+    let c = cred();
+    let victim = fs
+        .resolve(&c, start, path, false)
+        .and_then(|ino| fs.getattr(ino))
+        .ok();
+    fs.unlink(&c, start, path)?;
+    if let Some(i) = victim.filter(|i| i.is_shadowed()) {
+        if fs.getattr(i.ino).map_or(true, |now| now.nlink == 0) {
+            crate::shadow::remove(fs, i.ino);
+        }
+    }
+    Ok(())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     // SAFETY: caller's path.
     match unsafe { target(path) } {
-        Target::Iris { start, path } => path_op(|fs| fs.unlink(&cred(), start, &path)),
+        Target::Iris { start, path } => path_op(|fs| unlink_iris(fs, start, &path)),
         // SAFETY: forwarding.
         Target::Host => unsafe { real::unlink(path) },
     }
@@ -966,7 +1063,7 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
             if flags & libc::AT_REMOVEDIR != 0 {
                 fs.rmdir(&cred(), start, &path)
             } else {
-                fs.unlink(&cred(), start, &path)
+                unlink_iris(fs, start, &path)
             }
         }),
         // SAFETY: forwarding.
@@ -1088,7 +1185,14 @@ fn truncate_file(file: &OpenFile, len: i64) -> c_int {
     if !file.writable() {
         return fail(libc::EINVAL);
     }
-    path_op(|fs| fs.truncate(file.ino, len as u64))
+    path_op(|fs| match shadow_of(fs, file.ino) {
+        // SAFETY: sizing the shadow file.
+        Some(fd) => match unsafe { real::ftruncate(fd, len) } {
+            0 => Ok(()),
+            _ => Err(Errno::EIO),
+        },
+        None => fs.truncate(file.ino, len as u64),
+    })
 }
 
 #[no_mangle]
@@ -1121,7 +1225,14 @@ fn truncate_path(start: u64, path: &[u8], len: i64) -> c_int {
             return Err(Errno::EISDIR);
         }
         c.check(&i, iris_fs::W_OK)?;
-        fs.truncate(ino, len as u64)
+        match shadow_of(fs, ino) {
+            // SAFETY: sizing the shadow file.
+            Some(fd) => match unsafe { real::ftruncate(fd, len) } {
+                0 => Ok(()),
+                _ => Err(Errno::EIO),
+            },
+            None => fs.truncate(ino, len as u64),
+        }
     })
 }
 
@@ -1147,9 +1258,14 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int 
 
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    if fdtable::is_iris(fd) {
+    if let Some(f) = fdtable::get(fd) {
         count(Call::Sync);
-        return path_op(|fs| fs.sync());
+        return path_op(|fs| {
+            if shadow_of(fs, f.ino).is_some() {
+                crate::shadow::write_back(fs, f.ino)?;
+            }
+            fs.sync()
+        });
     }
     // SAFETY: forwarding.
     unsafe { real::fsync(fd) }
@@ -1157,9 +1273,14 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    if fdtable::is_iris(fd) {
+    if let Some(f) = fdtable::get(fd) {
         count(Call::Sync);
-        return path_op(|fs| fs.sync());
+        return path_op(|fs| {
+            if shadow_of(fs, f.ino).is_some() {
+                crate::shadow::write_back(fs, f.ino)?;
+            }
+            fs.sync()
+        });
     }
     // SAFETY: forwarding.
     unsafe { real::fdatasync(fd) }
@@ -1280,14 +1401,29 @@ fn mmap_iris(
 ) -> *mut c_void {
     count(Call::Mmap);
     let shared = flags & (libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) != 0;
-    if shared && prot & libc::PROT_WRITE != 0 {
-        state::log("writable MAP_SHARED mapping of an Iris file refused (ENODEV)");
-        set(libc::ENODEV);
-        return libc::MAP_FAILED;
-    }
     if off < 0 || len == 0 {
         set(libc::EINVAL);
         return libc::MAP_FAILED;
+    }
+    if shared {
+        // Shared mappings map the shadow file, coherent with read/write in every process.
+        let _b = Busy::enter();
+        let Ok(fs) = fs_or_eio() else {
+            set(libc::EIO);
+            return libc::MAP_FAILED;
+        };
+        if prot & libc::PROT_WRITE != 0 && !file.writable() {
+            set(libc::EACCES);
+            return libc::MAP_FAILED;
+        }
+        return match crate::shadow::open(fs, file.ino, true) {
+            // SAFETY: mapping the shadow with the caller's arguments.
+            Ok(sfd) => unsafe { real::mmap(addr, len, prot, flags, sfd, off) },
+            Err(e) => {
+                set(e.0);
+                libc::MAP_FAILED
+            }
+        };
     }
     let mflags = (flags & !(libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE))
         | libc::MAP_PRIVATE
@@ -1301,7 +1437,7 @@ fn mmap_iris(
     if let Ok(fs) = fs_or_eio() {
         // SAFETY: the new mapping is len bytes, readable and writable.
         let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
-        let _ = fs.read(file.ino, off as u64, buf);
+        let _ = read_file(fs, file.ino, off as u64, buf);
     }
     // SAFETY: the mapping we created; restoring the caller's protection.
     unsafe { libc::mprotect(p, len, prot) };

@@ -21,6 +21,7 @@ mod prefix;
 mod real;
 mod report;
 mod route;
+mod shadow;
 mod state;
 mod stdio;
 mod xattr;

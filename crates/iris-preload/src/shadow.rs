@@ -1,0 +1,161 @@
+//! Shared writable mappings of Iris files. The kernel can only share pages of a file it knows,
+//! so while a process maps an Iris file `MAP_SHARED`, the file's bytes live in a host "shadow"
+//! file in /dev/shm (one per volume and inode) and the inode is flagged as shadowed: every
+//! process then serves read, write, size and truncate of that file from the shadow, so mappings
+//! and read/write stay coherent across processes. The bytes go back into the volume at fsync,
+//! fdatasync and close (then a commit makes them durable); the shadow goes when the file is
+//! unlinked. A shadow lost in a reboot leaves the flag behind: it is cleared on next use and the
+//! last written-back bytes serve.
+
+use std::ffi::CString;
+use std::sync::Mutex;
+
+use iris_fs::{Errno, Fs};
+
+use crate::real;
+
+/// Shadow fds this process holds, by inode.
+static OPEN: Mutex<Vec<(u64, i32)>> = Mutex::new(Vec::new());
+
+fn path(fs: &Fs, ino: u64) -> CString {
+    CString::new(format!(
+        "/dev/shm/iris-shadow-{:016x}-{ino}",
+        fs.store().volume_id()
+    ))
+    .unwrap_or_default()
+}
+
+fn errno() -> Errno {
+    Errno(
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    )
+}
+
+fn cached(ino: u64) -> Option<i32> {
+    OPEN.lock()
+        .ok()?
+        .iter()
+        .find(|(i, _)| *i == ino)
+        .map(|(_, fd)| *fd)
+}
+
+/// The shadow fd of `ino`, creating the shadow from the file's bytes if `create`. Without
+/// `create`, a missing shadow clears a stale flag and reports ENOENT (serve from the volume).
+pub(crate) fn open(fs: &Fs, ino: u64, create: bool) -> Result<i32, Errno> {
+    if let Some(fd) = cached(ino) {
+        return Ok(fd);
+    }
+    let p = path(fs, ino);
+    // SAFETY: a valid C string; libc's own open.
+    let mut fd = unsafe { real::open(p.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        if !create {
+            let _ = fs.set_shadowed(ino, false);
+            return Err(Errno::ENOENT);
+        }
+        // SAFETY: as above, creating exclusively so one process fills it.
+        fd = unsafe {
+            real::open(
+                p.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd >= 0 {
+            if let Err(e) = fill(fs, ino, fd) {
+                // SAFETY: undoing our own creation.
+                unsafe {
+                    real::close(fd);
+                    libc::unlink(p.as_ptr());
+                }
+                return Err(e);
+            }
+            fs.set_shadowed(ino, true)?;
+        } else {
+            // Another process created it meanwhile.
+            // SAFETY: as above.
+            fd = unsafe { real::open(p.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+            if fd < 0 {
+                return Err(errno());
+            }
+        }
+    }
+    if let Ok(mut v) = OPEN.lock() {
+        v.push((ino, fd));
+    }
+    Ok(fd)
+}
+
+/// Copy the file's bytes from the volume into a new shadow.
+fn fill(fs: &Fs, ino: u64, fd: i32) -> Result<(), Errno> {
+    let size = fs.getattr(ino)?.size;
+    // SAFETY: sizing our own new file.
+    if unsafe { libc::ftruncate(fd, size as i64) } != 0 {
+        return Err(errno());
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < size {
+        let n = fs.read(ino, off, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        // SAFETY: writing from our buffer to our own file.
+        if unsafe { real::pwrite(fd, buf.as_ptr().cast(), n, off as i64) } != n as isize {
+            return Err(errno());
+        }
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// Size of the shadow of `ino`.
+pub(crate) fn size(fd: i32) -> Result<u64, Errno> {
+    // SAFETY: all-zero is a valid stat; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and buffer; libc's own fstat.
+    if unsafe { real::fstat(fd, &mut st) } != 0 {
+        return Err(errno());
+    }
+    Ok(st.st_size as u64)
+}
+
+/// Copy the shadow's bytes back into the volume (before fsync's commit, and at close).
+pub(crate) fn write_back(fs: &Fs, ino: u64) -> Result<(), Errno> {
+    let fd = match open(fs, ino, false) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let size = size(fd)?;
+    fs.truncate(ino, size)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < size {
+        let want = buf.len().min((size - off) as usize);
+        // SAFETY: reading our own shadow into our buffer.
+        let n = unsafe { real::pread(fd, buf.as_mut_ptr().cast(), want, off as i64) };
+        if n <= 0 {
+            break;
+        }
+        fs.write(ino, off, &buf[..n as usize])?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// The file is gone: remove its shadow (mappings keep their pages).
+pub(crate) fn remove(fs: &Fs, ino: u64) {
+    if let Ok(mut v) = OPEN.lock() {
+        if let Some(at) = v.iter().position(|(i, _)| *i == ino) {
+            let (_, fd) = v.remove(at);
+            // SAFETY: closing our own shadow fd.
+            unsafe { real::close(fd) };
+        }
+    }
+    let p = path(fs, ino);
+    // SAFETY: a valid C string.
+    unsafe { libc::unlink(p.as_ptr()) };
+}
