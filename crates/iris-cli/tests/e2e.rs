@@ -242,3 +242,34 @@ fn scrubbed_environment_keeps_iris_and_report_counts_calls() {
         "{err}"
     );
 }
+
+#[test]
+fn freopen_of_stdout_onto_an_iris_file() {
+    let v = Volume::new("freopen");
+    let src = format!("/dev/shm/iris-fr-{}.c", std::process::id());
+    let bin = format!("/dev/shm/iris-fr-{}", std::process::id());
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+int main(void) {
+    if (!freopen("/iris/out.txt", "w", stdout)) { perror("freopen"); return 1; }
+    printf("line %d\n", 1);
+    fclose(stdout);
+    FILE *f = fopen("/iris/out.txt", "a");
+    fprintf(f, "line %d\n", 2);
+    fclose(f);
+    return 0;
+}
+"#,
+    )
+    .expect("source");
+    let cc = Command::new("cc")
+        .args([&src, "-o", &bin])
+        .status()
+        .expect("cc");
+    assert!(cc.success());
+    let out = v.sh_ok(&format!("{bin} && cat /iris/out.txt"));
+    std::fs::remove_file(&src).ok();
+    std::fs::remove_file(&bin).ok();
+    assert_eq!(out, "line 1\nline 2\n");
+}

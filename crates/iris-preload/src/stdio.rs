@@ -276,3 +276,85 @@ mod tests {
         }
     }
 }
+
+type FreopenFn = unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+
+/// freopen onto an Iris path. For stdin/stdout/stderr the Iris fd takes the stream's fd number
+/// (so `stdout` and fd 1 agree, as after freopen on a kernel file) and the standard stream
+/// switches to an Iris stream; for any other stream a new Iris stream is returned in its place
+/// (glibc cannot re-point an existing FILE at interposed I/O).
+unsafe fn freopen_any(
+    path: *const c_char,
+    mode: *const c_char,
+    old: *mut FILE,
+    real: Option<FreopenFn>,
+) -> *mut FILE {
+    // SAFETY: caller's path (NULL means "change the mode only", which glibc handles).
+    match unsafe { target(path) } {
+        Target::Iris { .. } if !old.is_null() && !mode.is_null() => {
+            // SAFETY: flushing and querying the caller's stream.
+            let fd_old = unsafe {
+                libc::fflush(old);
+                libc::fileno(old)
+            };
+            // SAFETY: a valid C string from the caller.
+            let m = unsafe { std::ffi::CStr::from_ptr(mode) }.to_bytes();
+            let Some(flags) = mode_flags(m) else {
+                set(libc::EINVAL);
+                return std::ptr::null_mut();
+            };
+            // SAFETY: caller's path; our own open serves it.
+            let fd = unsafe { crate::calls::open(path, flags, 0o666) };
+            if fd < 0 {
+                return std::ptr::null_mut();
+            }
+            if (0..=2).contains(&fd_old) {
+                // SAFETY: our own dup2/close switch the standard stream (see sync_std_stream).
+                unsafe {
+                    crate::calls::dup2(fd, fd_old);
+                    crate::calls::close(fd);
+                    return match fd_old {
+                        0 => stdin,
+                        1 => stdout,
+                        _ => stderr,
+                    };
+                }
+            }
+            // SAFETY: closing the caller's old stream, then a new Iris stream on our fd.
+            unsafe {
+                libc::fclose(old);
+                stream(fd, mode, false)
+            }
+        }
+        _ => match real {
+            // SAFETY: forwarding.
+            Some(r) => unsafe { r(path, mode, old) },
+            None => {
+                set(libc::ENOSYS);
+                std::ptr::null_mut()
+            }
+        },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    old: *mut FILE,
+) -> *mut FILE {
+    let real = real_ptr!(SLOT, "freopen", FreopenFn);
+    // SAFETY: caller's arguments.
+    unsafe { freopen_any(path, mode, old, real) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    old: *mut FILE,
+) -> *mut FILE {
+    let real = real_ptr!(SLOT, "freopen64", FreopenFn);
+    // SAFETY: caller's arguments.
+    unsafe { freopen_any(path, mode, old, real) }
+}
