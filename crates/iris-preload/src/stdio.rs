@@ -259,24 +259,6 @@ pub(crate) fn flush_std_stream(fd: c_int) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn fileno_offset_matches_glibc() {
-        // SAFETY: opening and closing a FILE on a file that exists on every Linux.
-        unsafe {
-            let f = libc::fopen(c"/proc/self/status".as_ptr(), c"r".as_ptr());
-            assert!(!f.is_null());
-            let at = *(f
-                .cast::<u8>()
-                .add(super::FILENO_OFFSET)
-                .cast::<libc::c_int>());
-            assert_eq!(at, libc::fileno(f));
-            libc::fclose(f);
-        }
-    }
-}
-
 type FreopenFn = unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
 
 /// freopen onto an Iris path. For stdin/stdout/stderr the Iris fd takes the stream's fd number
@@ -357,4 +339,22 @@ pub unsafe extern "C" fn freopen64(
     let real = real_ptr!(SLOT, "freopen64", FreopenFn);
     // SAFETY: caller's arguments.
     unsafe { freopen_any(path, mode, old, real) }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fileno_offset_matches_glibc() {
+        // SAFETY: opening and closing a FILE on a file that exists on every Linux.
+        unsafe {
+            let f = libc::fopen(c"/proc/self/status".as_ptr(), c"r".as_ptr());
+            assert!(!f.is_null());
+            let at = *(f
+                .cast::<u8>()
+                .add(super::FILENO_OFFSET)
+                .cast::<libc::c_int>());
+            assert_eq!(at, libc::fileno(f));
+            libc::fclose(f);
+        }
+    }
 }
