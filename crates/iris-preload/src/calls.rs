@@ -1872,3 +1872,90 @@ pub unsafe extern "C" fn sendfile64(
     // SAFETY: forwarding.
     unsafe { real::sendfile64(out, inp, off, n) }
 }
+
+/// `RWF_*` flags an Iris preadv2/pwritev2 honours.
+const RWF_KNOWN: c_int =
+    libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_NOWAIT | libc::RWF_APPEND;
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    let Some(f) = fdtable::get(fd) else {
+        // SAFETY: forwarding.
+        return unsafe { real::preadv2(fd, iov, n, off, flags) };
+    };
+    if flags & !RWF_KNOWN != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    // SAFETY: caller's iovecs.
+    let Some(total) = (unsafe { iov_total(iov, n) }) else {
+        return fail(libc::EINVAL);
+    };
+    let mut buf = vec![0u8; total];
+    // Offset -1 means the file offset, as for readv.
+    let r = if off == -1 {
+        read_at_offset(&f, &mut buf)
+    } else {
+        pread_file(&f, &mut buf, off)
+    };
+    if r > 0 {
+        // SAFETY: caller's iovecs.
+        unsafe { scatter(iov, n, &buf[..r as usize]) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    let Some(f) = fdtable::get(fd) else {
+        // SAFETY: forwarding.
+        return unsafe { real::pwritev2(fd, iov, n, off, flags) };
+    };
+    if flags & !RWF_KNOWN != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    // SAFETY: caller's iovecs.
+    let Some(data) = (unsafe { gather(iov, n) }) else {
+        return fail(libc::EINVAL);
+    };
+    let r = if off == -1 {
+        write_at_offset(&f, &data)
+    } else if flags & libc::RWF_APPEND != 0 {
+        let _b = Busy::enter();
+        match fs_or_eio().and_then(|fs| file_size(fs, f.ino)) {
+            Ok(end) => pwrite_file(&f, &data, end as i64),
+            Err(e) => fail(e.0),
+        }
+    } else {
+        pwrite_file(&f, &data, off)
+    };
+    if r >= 0 && flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0 {
+        let s = path_op(|fs| fs.sync());
+        if s < 0 {
+            return s as ssize_t;
+        }
+    }
+    r
+}
+
+/// sync(2): commit Iris too, then the kernel's.
+#[no_mangle]
+pub unsafe extern "C" fn sync() {
+    if let Some(fs) = state::fs_if_open() {
+        let _b = Busy::enter();
+        let _ = fs.sync();
+    }
+    // SAFETY: forwarding.
+    unsafe { real::sync() }
+}

@@ -761,3 +761,16 @@ real_fn!(
     ) -> c_int,
     libc::ENOSYS
 );
+real_fn!(
+    preadv2,
+    "preadv2",
+    fn(fd: c_int, v: *const libc::iovec, n: c_int, o: off_t, f: c_int) -> ssize_t,
+    -1
+);
+real_fn!(
+    pwritev2,
+    "pwritev2",
+    fn(fd: c_int, v: *const libc::iovec, n: c_int, o: off_t, f: c_int) -> ssize_t,
+    -1
+);
+real_fn!(sync, "sync", fn() -> (), ());

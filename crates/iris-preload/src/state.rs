@@ -95,9 +95,15 @@ pub(crate) fn log(msg: &str) {
     }
 }
 
+static FS: OnceLock<Option<Fs>> = OnceLock::new();
+
+/// The file system if this process has opened it already (sync must not open a volume).
+pub(crate) fn fs_if_open() -> Option<&'static Fs> {
+    FS.get().and_then(Option::as_ref)
+}
+
 /// The file system, opened on first use (creating the default volume if missing).
 pub(crate) fn fs() -> Option<&'static Fs> {
-    static FS: OnceLock<Option<Fs>> = OnceLock::new();
     FS.get_or_init(|| {
         let _busy = Busy::enter();
         let cfg = config();
