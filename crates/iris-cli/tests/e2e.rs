@@ -273,3 +273,19 @@ int main(void) {
     std::fs::remove_file(&bin).ok();
     assert_eq!(out, "line 1\nline 2\n");
 }
+
+#[test]
+fn vectored_io_and_its_64_bit_names() {
+    let v = Volume::new("vectored");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import os
+fd = os.open("/iris/v", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.pwritev(fd, [b"abc", b"def"], 0)
+os.pwritev(fd, [b"XYZ"], 0, os.RWF_APPEND)
+b1, b2 = bytearray(4), bytearray(5)
+print(os.preadv(fd, [b1, b2], 0), bytes(b1 + b2), os.fstat(fd).st_size, os.statvfs("/iris").f_namemax)
+'"#,
+    );
+    assert_eq!(out, "9 b'abcdefXYZ' 9 255\n");
+}

@@ -54,7 +54,7 @@ fn map(fd: i32) -> Option<Desc> {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
-            0,
+            PAGE as i64,
         )
     };
     if p == libc::MAP_FAILED {
@@ -79,7 +79,9 @@ impl Desc {
             return Err(last_errno());
         }
         // SAFETY: sizing our own new memfd.
-        if unsafe { libc::ftruncate(fd, PAGE as i64) } != 0 {
+        // Page 0 is left empty: a stray kernel read or write on the fd (a call the interposer
+        // does not know) lands there, not in the description.
+        if unsafe { libc::ftruncate(fd, 2 * PAGE as i64) } != 0 {
             let e = last_errno();
             // SAFETY: closing our own fd.
             unsafe { real::close(fd) };
