@@ -773,4 +773,14 @@ real_fn!(
     fn(fd: c_int, v: *const libc::iovec, n: c_int, o: off_t, f: c_int) -> ssize_t,
     -1
 );
-real_fn!(sync, "sync", fn() -> (), ());
+/// libc's sync (no result to fail with, so not through `real_fn!`).
+pub unsafe fn sync() {
+    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let p = resolve(&SLOT, b"sync\0");
+    if p != 0 {
+        // SAFETY: libc's sync takes no arguments and returns nothing.
+        let f: unsafe extern "C" fn() = unsafe { std::mem::transmute(p) };
+        // SAFETY: as above.
+        unsafe { f() }
+    }
+}
