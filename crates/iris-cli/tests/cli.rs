@@ -756,3 +756,43 @@ fn a_user_who_makes_a_volume_owns_its_root_directory() {
         "theirs\n"
     );
 }
+
+#[test]
+fn fsck_reports_file_system_damage() {
+    let vol = std::path::PathBuf::from(format!(
+        "/dev/shm/iris-cli-fsdamage-{}.vol",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&vol);
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_iris"))
+            .args(args)
+            .output()
+            .expect("iris")
+    };
+    let v = vol.to_str().expect("utf8");
+    assert!(run(&["mkfs", "--size", "64M", v]).status.success());
+    assert!(run(&["mkdir", v, "/d"]).status.success());
+    assert!(run(&["fsck", v]).status.success());
+    // Bump the directory's link count behind the file system's back.
+    {
+        let fs = iris_fs::Fs::open_volume(&vol, &iris_store::OpenOptions::default()).expect("open");
+        let ino = fs
+            .resolve(&iris_fs::Cred::root(), iris_fs::ROOT_INO, b"/d", true)
+            .expect("d");
+        let key = iris_store::Key::new(ino, 0);
+        let mut rec = fs
+            .store()
+            .get_with(key, |b| b.to_vec())
+            .expect("get")
+            .expect("inode");
+        rec[12] = 7;
+        fs.store().put(key, &rec).expect("put");
+        fs.sync().expect("commit");
+    }
+    let out = run(&["fsck", v]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("link count 7 but 2 expected"), "{err}");
+    std::fs::remove_file(&vol).ok();
+}

@@ -3,6 +3,7 @@
 //! (inode, kind, offset) (see `keys`). The interposer and the `iris` command call this crate;
 //! nothing above it touches the tree.
 
+mod check;
 mod cred;
 mod dirent;
 mod errno;
@@ -11,6 +12,7 @@ mod inode;
 mod keys;
 mod xattr;
 
+pub use check::FsReport;
 pub use cred::{Cred, R_OK, W_OK, X_OK};
 pub use dirent::DirEntry;
 pub use errno::{Errno, FsResult};

@@ -143,6 +143,14 @@ fn one_point(seed: u64) {
         .unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
     assert_eq!(report.leaked_blocks, 0, "seed {seed}: leaked blocks");
     let fs = Fs::on_store(store).expect("fs");
+    let check = fs
+        .check()
+        .unwrap_or_else(|e| panic!("seed {seed}: fs check: {e}"));
+    assert!(
+        check.problems.is_empty(),
+        "seed {seed}: {:?}",
+        check.problems
+    );
     let got = snapshot(&fs);
     assert!(
         got == committed || in_flight.as_ref() == Some(&got),

@@ -496,3 +496,69 @@ fn unnamed_files_get_names_and_orphans_are_reclaimed_after_a_crash() {
     assert_eq!(fs.store().verify().expect("verify").leaked_blocks, 0);
     assert!(fs.resolve(&cred, ROOT_INO, b"named", true).is_ok());
 }
+
+#[test]
+fn fs_check_is_clean_after_real_work_and_finds_injected_damage() {
+    use iris_store::Key;
+    let fs = fs();
+    let c = Cred::root();
+    fs.mkdir(&c, ROOT_INO, b"a", 0o755).expect("mkdir");
+    fs.mkdir(&c, ROOT_INO, b"a/b", 0o755).expect("mkdir");
+    let f = fs
+        .open(&c, ROOT_INO, b"a/b/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .expect("create");
+    fs.write(f.ino, 0, &vec![1u8; 10_000]).expect("write");
+    fs.link(&c, ROOT_INO, b"a/b/f", ROOT_INO, b"hard", false)
+        .expect("link");
+    fs.symlink(&c, b"a", ROOT_INO, b"s").expect("symlink");
+    fs.rename(&c, ROOT_INO, b"a/b", ROOT_INO, b"b2", 0)
+        .expect("rename");
+    let kept = fs
+        .open(
+            &c,
+            ROOT_INO,
+            b"kept-open",
+            libc::O_CREAT | libc::O_RDWR,
+            0o644,
+        )
+        .expect("create");
+    fs.retain(kept.ino);
+    fs.unlink(&c, ROOT_INO, b"kept-open").expect("unlink");
+    let report = fs.check().expect("check");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.inodes, 6);
+
+    // Damage 1: a wrong link count.
+    let key = |ino: u64, kind: u64, off: u64| Key::new(ino, (kind << 56) | off);
+    let mut rec = fs
+        .store()
+        .get_with(key(f.ino, 0, 0), |v| v.to_vec())
+        .expect("get")
+        .expect("inode");
+    rec[12] = 5; // nlink
+    fs.store().put(key(f.ino, 0, 0), &rec).expect("put");
+    let p = fs.check().expect("check").problems;
+    assert!(
+        p.iter().any(|l| l.contains("link count 5 but 2 names")),
+        "{p:?}"
+    );
+    rec[12] = 2;
+    fs.store().put(key(f.ino, 0, 0), &rec).expect("put");
+    // Damage 2: a directory entry whose inode is gone.
+    let s = fs.resolve(&c, ROOT_INO, b"s", false).expect("s");
+    let srec = fs
+        .store()
+        .get_with(key(s, 0, 0), |v| v.to_vec())
+        .expect("get")
+        .expect("inode");
+    fs.store().delete(key(s, 0, 0)).expect("delete");
+    let p = fs.check().expect("check").problems;
+    assert!(p.iter().any(|l| l.contains("names missing inode")), "{p:?}");
+    fs.store().put(key(s, 0, 0), &srec).expect("put");
+    // Damage 3: data past the end of the file.
+    fs.store().put(key(f.ino, 2, 50), &[9u8; 100]).expect("put");
+    let p = fs.check().expect("check").problems;
+    assert!(p.iter().any(|l| l.contains("beyond its size")), "{p:?}");
+    fs.store().delete(key(f.ino, 2, 50)).expect("delete");
+    assert!(fs.check().expect("check").problems.is_empty());
+}

@@ -58,6 +58,33 @@ pub fn run(args: FsckArgs) -> Outcome {
             return Ok(ExitCode::from(EXIT_UNCORRECTED));
         }
     };
+    // The file-system invariants on top (entries, link counts, '..', orphans, data past EOF).
+    let fs = match iris_fs::Fs::on_store(store) {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("iris: {}: file system: {e}", volume.display());
+            return Ok(ExitCode::from(EXIT_UNCORRECTED));
+        }
+    };
+    match fs.check() {
+        Ok(fsr) if fsr.problems.is_empty() => {}
+        Ok(fsr) => {
+            for p in &fsr.problems {
+                eprintln!("iris: {}: {p}", volume.display());
+            }
+            verdict(format!(
+                "{}: {} file-system problems (not repairable yet)",
+                volume.display(),
+                fsr.problems.len()
+            ));
+            return Ok(ExitCode::from(EXIT_UNCORRECTED));
+        }
+        Err(e) => {
+            eprintln!("iris: {}: file system: {e}", volume.display());
+            return Ok(ExitCode::from(EXIT_UNCORRECTED));
+        }
+    }
+    let store = fs.store();
     if report.leaked_blocks == 0 {
         verdict(format!(
             "{}: clean, {} blocks reachable",
