@@ -289,3 +289,26 @@ print(os.preadv(fd, [b1, b2], 0), bytes(b1 + b2), os.fstat(fd).st_size, os.statv
     );
     assert_eq!(out, "9 b'abcdefXYZ' 9 255\n");
 }
+
+#[test]
+fn several_mount_prefixes_share_one_volume() {
+    let v = Volume::new("mounts");
+    let out = Command::new(IRIS)
+        .args(["run", "--volume"])
+        .arg(&v.0)
+        .args(["--mount", "/iris", "--mount", "/data/"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo one > /iris/x && cat /data/x && ls /data",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\nx\n");
+}
