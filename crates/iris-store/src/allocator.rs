@@ -51,6 +51,15 @@ impl Allocator {
         }
     }
 
+    /// Free the blocks of writers that died between allocating and publishing them.
+    pub fn reap_dead_writers(&self) {
+        for b in self.readers.reap_dead() {
+            if self.is_used(b) {
+                self.free_now(b);
+            }
+        }
+    }
+
     /// Wait out the readers, then free every parked block.
     pub fn drain(&self) {
         if self.readers.parked() == 0 {

@@ -224,6 +224,21 @@ impl Readers {
             .store(0, Ordering::Release);
     }
 
+    /// Clear the slots of writers that died while filling a block; returns those blocks, which
+    /// nothing references (caller holds the lock and frees them).
+    pub fn reap_dead(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for i in 0..INFLIGHT_SLOTS {
+            let owner = self.word(INFLIGHT_OFF + i * 16);
+            let o = owner.load(Ordering::Acquire);
+            if o != 0 && !alive(o) {
+                out.push(self.word(INFLIGHT_OFF + i * 16 + 8).load(Ordering::Relaxed));
+                owner.store(0, Ordering::Release);
+            }
+        }
+        out
+    }
+
     /// Blocks reserved by live writers; slots of dead processes are cleared (their blocks become
     /// garbage). Caller holds the lock.
     pub fn reserved(&self) -> Vec<u64> {

@@ -219,6 +219,7 @@ impl Inner {
     }
 
     fn commit_locked(&self) -> Result<u64> {
+        self.alloc.reap_dead_writers();
         let r = commit::commit(&self.cx(), &self.facts);
         if let Err(StoreError::Media(_) | StoreError::Failed) = &r {
             self.failed.store(true, Ordering::Relaxed);
@@ -488,6 +489,10 @@ impl Store {
 
     /// Insert or replace `key` with `value` (at most one block).
     pub fn put(&self, key: Key, value: &[u8]) -> Result<()> {
+        if value.len() > self.inner.facts.inline_max as usize {
+            // Out of line: copy into the data block outside the lock.
+            return self.put_block(key, value.len(), |out| out.copy_from_slice(value));
+        }
         self.put_with(key, value.len(), |_, out| out.copy_from_slice(value))
     }
 
@@ -1056,6 +1061,7 @@ impl Store {
             recovery::mark_tree(&cx, root, &mut marks, Walk::Verify, committed)?;
         }
         let mut leaked = 0;
+        inner.alloc.reap_dead_writers();
         let reserved = inner.alloc.readers().reserved();
         for b in inner.layout.data_start..inner.layout.max_blocks {
             if reserved.contains(&b) {
