@@ -445,6 +445,21 @@ impl Fs {
         Ok((dir, last.to_vec()))
     }
 
+    /// Where a new name `path` goes: (directory, name, directory inode). EEXIST for "/", "." and
+    /// "..", EACCES without write and search permission on the directory.
+    fn new_name(&self, cred: &Cred, start: u64, path: &[u8]) -> FsResult<(u64, Vec<u8>, Inode)> {
+        let (dir, name) = match self.resolve_parent(cred, start, path) {
+            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
+            r => r?,
+        };
+        if name == b"." || name == b".." {
+            return Err(Errno::EEXIST);
+        }
+        let d = self.getattr(dir)?;
+        cred.check(&d, W_OK | X_OK)?;
+        Ok((dir, name, d))
+    }
+
     /// Open or create `path` per `flags` (O_CREAT, O_EXCL, O_TRUNC, O_DIRECTORY, O_NOFOLLOW, access
     /// mode); `mode` (umask already applied) for a new file. Returns the inode.
     pub fn open(
@@ -1118,15 +1133,7 @@ impl Fs {
         if i.is_dir() {
             return Err(Errno::EPERM);
         }
-        let (dir, name) = match self.resolve_parent(cred, start, path) {
-            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
-            r => r?,
-        };
-        if name == b"." || name == b".." {
-            return Err(Errno::EEXIST);
-        }
-        let d = self.getattr(dir)?;
-        cred.check(&d, W_OK | X_OK)?;
+        let (dir, name, _) = self.new_name(cred, start, path)?;
         let now = now_ns();
         self.tx(|tx| {
             if lookup_tx(tx, dir, &name)?.is_some() {
@@ -1150,15 +1157,7 @@ impl Fs {
 
     /// Create a directory.
     pub fn mkdir(&self, cred: &Cred, start: u64, path: &[u8], mode: u32) -> FsResult<u64> {
-        let (dir, name) = match self.resolve_parent(cred, start, path) {
-            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
-            r => r?,
-        };
-        if name == b"." || name == b".." {
-            return Err(Errno::EEXIST);
-        }
-        let d = self.getattr(dir)?;
-        cred.check(&d, W_OK | X_OK)?;
+        let (dir, name, d) = self.new_name(cred, start, path)?;
         let now = now_ns();
         let gid = if d.mode & libc::S_ISGID != 0 {
             d.gid
@@ -1523,15 +1522,7 @@ impl Fs {
         if target.len() >= PATH_MAX || target.len() > self.block_size as usize {
             return Err(Errno::ENAMETOOLONG);
         }
-        let (dir, name) = match self.resolve_parent(cred, start, path) {
-            Err(Errno::EBUSY) => return Err(Errno::EEXIST),
-            r => r?,
-        };
-        if name == b"." || name == b".." {
-            return Err(Errno::EEXIST);
-        }
-        let d = self.getattr(dir)?;
-        cred.check(&d, W_OK | X_OK)?;
+        let (dir, name, _) = self.new_name(cred, start, path)?;
         let now = now_ns();
         self.tx(|tx| {
             if lookup_tx(tx, dir, &name)?.is_some() {
