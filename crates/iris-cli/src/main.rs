@@ -18,7 +18,7 @@ use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
 use failure::{Failure, Outcome, STDOUT_CLOSED_EXIT};
-use verbs::{data, fsck, get, inspect, mkfs, put, run, snapshot};
+use verbs::{bench, data, fsck, get, inspect, mkfs, put, run, snapshot};
 
 /// Exit status for a command line clap rejects.
 const USAGE_EXIT: u8 = 2;
@@ -60,6 +60,8 @@ enum Cmd {
     Mkdir(data::MkdirArgs),
     /// Create, list, delete or roll back to snapshots.
     Snapshot(snapshot::SnapshotArgs),
+    /// Measure Iris against the kernel file systems and the bare-interposer ceiling with fio.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -91,6 +93,7 @@ fn dispatch(cmd: Cmd) -> Outcome {
         Cmd::Rm(args) => data::rm(args),
         Cmd::Mkdir(args) => data::mkdir(args),
         Cmd::Snapshot(args) => snapshot::run(args),
+        Cmd::Bench(args) => bench::run(args),
     }
 }
 

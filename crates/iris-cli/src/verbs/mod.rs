@@ -1,6 +1,7 @@
 //! One module per verb family. Each defines its arguments (clap `Args`, whose doc comments are
 //! the `--help` text) and a `run` that returns an [`Outcome`](crate::failure::Outcome).
 
+pub mod bench;
 pub mod data;
 pub mod fsck;
 pub mod get;

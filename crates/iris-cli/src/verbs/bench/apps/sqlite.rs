@@ -1,0 +1,50 @@
+//! sqlite3: one row inserted per transaction with `synchronous=FULL` (rollback journal): every
+//! insert creates, syncs and deletes a journal and syncs the database.
+
+use std::process::Stdio;
+
+use super::{Place, Sizes};
+use crate::verbs::bench::process::Stop;
+
+/// Bytes of random payload per row.
+const ROW_BYTES: u32 = 100;
+
+/// The result this benchmark reports.
+pub fn names(sizes: Sizes) -> Vec<(String, String)> {
+    vec![(
+        "sqlite3 INSERT, synchronous=FULL".into(),
+        format!(
+            "PRAGMA synchronous=FULL; {} x INSERT INTO t(v) VALUES(randomblob({ROW_BYTES})), \
+             one transaction each",
+            sizes.sqlite_rows
+        ),
+    )]
+}
+
+/// Inserts per second (the process's whole run: opening the database is noise next to the
+/// synced transactions).
+pub fn run(place: &Place, sizes: Sizes) -> Result<Vec<f64>, Stop> {
+    let dir = place.dir("sqlite")?;
+    let script_path = place.scratch().join("sqlite-inserts.sql");
+    let mut script =
+        String::from("PRAGMA synchronous=FULL;\nCREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB);\n");
+    for _ in 0..sizes.sqlite_rows {
+        script.push_str(&format!(
+            "INSERT INTO t(v) VALUES(randomblob({ROW_BYTES}));\n"
+        ));
+    }
+    std::fs::write(&script_path, script)
+        .map_err(|e| Stop::Failed(crate::failure::host_failure(&script_path, &e)))?;
+    let stdin = std::fs::File::open(&script_path)
+        .map_err(|e| Stop::Failed(crate::failure::host_failure(&script_path, &e)))?;
+    let mut cmd = place.command("sqlite3");
+    cmd.arg(dir.join("bench.db")).stdin(Stdio::from(stdin));
+    let out = place.run(&mut cmd);
+    let _ = std::fs::remove_file(&script_path);
+    let out = out?;
+    let secs = out.elapsed.as_secs_f64();
+    if secs <= 0.0 {
+        return Err(Stop::Failed("sqlite3 took no time".into()));
+    }
+    Ok(vec![sizes.sqlite_rows as f64 / secs])
+}

@@ -1,0 +1,178 @@
+//! `iris bench`: the quick run measures every target it can set up, writes JSON with positive
+//! numbers and an SVG chart, and leaves no mount, loop device or scratch file behind, also when
+//! interrupted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const IRIS: &str = env!("CARGO_BIN_EXE_iris");
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// An output directory of its own, removed at the end.
+struct OutDir(PathBuf);
+
+impl OutDir {
+    fn new(name: &str) -> OutDir {
+        let p = std::env::temp_dir().join(format!("iris-bench-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("out dir");
+        OutDir(p)
+    }
+}
+
+impl Drop for OutDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Mounts and loop devices that mention `scratch` (the run's scratch directory).
+fn leftovers(scratch: &Path) -> Vec<String> {
+    let needle = scratch.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let loops = Command::new("losetup")
+        .arg("-a")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    mounts
+        .lines()
+        .chain(loops.lines())
+        .filter(|l| l.contains(&needle))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The targets a quick run can measure here: the kernel ones need root.
+fn targets() -> &'static str {
+    if is_root() {
+        "iris,floor,tmpfs,ext4,xfs,memcpy"
+    } else {
+        "iris,floor,tmpfs,memcpy"
+    }
+}
+
+#[test]
+fn quick_bench_writes_positive_numbers_and_a_chart() {
+    let out = OutDir::new("quick");
+    let child = Command::new(IRIS)
+        .args(["bench", "--quick", "--targets", targets(), "--out-dir"])
+        .arg(&out.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iris bench");
+    let scratch = PathBuf::from(format!("/dev/shm/iris-bench-{}", child.id()));
+    let run = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("iris/kernel") && stdout.contains("iris/floor"),
+        "{stdout}"
+    );
+
+    let json: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.0.join("bench.json")).expect("bench.json"),
+    )
+    .expect("JSON");
+    let ran: Vec<&str> = json["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for must in ["iris", "floor", "tmpfs", "memcpy"] {
+        assert!(ran.contains(&must), "{must} did not run: {ran:?}\n{stderr}");
+    }
+    for skipped in json["skipped"].as_array().expect("skipped") {
+        // Only a missing tool may skip a kernel target when running as root.
+        assert!(
+            !skipped["reason"].as_str().unwrap_or("").is_empty(),
+            "{skipped}"
+        );
+    }
+    let cells = json["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 3, "{json}");
+    for cell in cells {
+        for target in &ran {
+            let iops = cell["results"][target]["iops"].as_f64().unwrap_or(0.0);
+            assert!(
+                iops > 0.0,
+                "{target} in {}: {}",
+                cell["label"],
+                cell["results"]
+            );
+            let p99 = cell["results"][target]["p99_ns"].as_f64().unwrap_or(0.0);
+            assert!(p99 > 0.0, "{target} in {}", cell["label"]);
+        }
+        assert!(cell["iris_over_floor"].as_f64().unwrap_or(0.0) > 0.0);
+    }
+    assert!(!json["goals"].as_array().expect("goals").is_empty());
+
+    let svg = std::fs::read_to_string(out.0.join("bench.svg")).expect("bench.svg");
+    assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.matches("<rect ").count() > 3 * ran.len());
+
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
+    assert_eq!(leftovers(&scratch), Vec::<String>::new());
+}
+
+#[test]
+fn an_interrupted_bench_removes_its_mounts_and_loop_devices() {
+    if !is_root() {
+        eprintln!("skipped: needs root for loop devices and mounts");
+        return;
+    }
+    let out = OutDir::new("interrupt");
+    let mut child = Command::new(IRIS)
+        .args([
+            "bench",
+            "--quick",
+            "--runtime",
+            "30",
+            "--targets",
+            "ext4,iris",
+            "--out-dir",
+        ])
+        .arg(&out.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iris bench");
+    let scratch = PathBuf::from(format!("/dev/shm/iris-bench-{}", child.id()));
+    // Wait until ext4 is mounted and fio is running on it.
+    let start = Instant::now();
+    while !(leftovers(&scratch).len() >= 2 && start.elapsed() > Duration::from_secs(2)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no mount appeared"
+        );
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "bench ended early"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let signalled = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(signalled.success());
+    let run = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert_eq!(leftovers(&scratch), Vec::<String>::new());
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
+    assert!(!out.0.join("bench.json").exists());
+}
