@@ -37,6 +37,26 @@ impl Volume {
 
 impl Drop for Volume {
     fn drop(&mut self) {
+        // The interposer's per-volume lock files are named by the volume id (superblock A,
+        // bytes 48..56); remove them with the volume.
+        if let Ok(bytes) = std::fs::read(&self.0).map(|b| b.get(48..56).map(<[u8]>::to_vec)) {
+            if let Some(id) = bytes.and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+                let id = u64::from_le_bytes(id);
+                for kind in ["locks", "flocks"] {
+                    let _ = std::fs::remove_file(format!("/dev/shm/iris-{kind}-{id:016x}"));
+                }
+                let shadows = format!("iris-shadow-{id:016x}-");
+                for e in std::fs::read_dir("/dev/shm")
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    if e.file_name().to_string_lossy().starts_with(&shadows) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
         let _ = std::fs::remove_file(&self.0);
     }
 }

@@ -1130,7 +1130,21 @@ unsafe fn rename_any(
                 start: sb,
                 path: pb,
             },
-        ) => path_op(|fs| fs.rename(&cred(), sa, &pa, sb, &pb, flags)),
+        ) => path_op(|fs| {
+            // A shadowed file replaced by the rename loses its shadow with its last name.
+            let c = cred();
+            let victim = fs
+                .resolve(&c, sb, &pb, false)
+                .and_then(|ino| fs.getattr(ino))
+                .ok();
+            fs.rename(&c, sa, &pa, sb, &pb, flags)?;
+            if let Some(i) = victim.filter(|i| i.is_shadowed()) {
+                if fs.getattr(i.ino).map_or(true, |now| now.nlink == 0) {
+                    crate::shadow::remove(fs, i.ino);
+                }
+            }
+            Ok(())
+        }),
         (Target::Host, Target::Host) => {
             if flags == 0 {
                 // SAFETY: forwarding.
