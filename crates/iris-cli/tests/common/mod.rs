@@ -1,0 +1,88 @@
+//! A volume in /dev/shm for one test, and running shell scripts on it under `iris run`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The `iris` binary under test.
+pub const IRIS: &str = env!("CARGO_BIN_EXE_iris");
+
+/// A volume file removed (with its lock and shadow files) when dropped.
+pub struct Volume(pub PathBuf);
+
+impl Volume {
+    /// A fresh volume path for test `name`.
+    pub fn new(name: &str) -> Volume {
+        let p = PathBuf::from(format!(
+            "/dev/shm/iris-test-{}-{name}.vol",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&p);
+        Volume(p)
+    }
+
+    /// `iris run --volume V -- sh -c SCRIPT`
+    pub fn sh(&self, script: &str) -> Output {
+        let out = Command::new(IRIS)
+            .args(["run", "--volume"])
+            .arg(&self.0)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .expect("run iris");
+        if !out.status.success() {
+            eprintln!(
+                "script failed: {script}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        out
+    }
+
+    /// Run a script that must succeed; its stdout.
+    pub fn sh_ok(&self, script: &str) -> String {
+        let out = self.sh(script);
+        assert!(out.status.success(), "script failed: {script}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `iris fsck` must pass.
+    pub fn fsck_clean(&self) {
+        let out = Command::new(IRIS)
+            .arg("fsck")
+            .arg(&self.0)
+            .output()
+            .expect("fsck");
+        assert!(
+            out.status.success(),
+            "fsck: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        // The interposer's per-volume lock files are named by the volume id (superblock A,
+        // bytes 48..56); remove them with the volume.
+        if let Ok(bytes) = std::fs::read(&self.0).map(|b| b.get(48..56).map(<[u8]>::to_vec)) {
+            if let Some(id) = bytes.and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+                let id = u64::from_le_bytes(id);
+                for kind in ["locks", "flocks"] {
+                    let _ = std::fs::remove_file(format!("/dev/shm/iris-{kind}-{id:016x}"));
+                }
+                let shadows = format!("iris-shadow-{id:016x}-");
+                for e in std::fs::read_dir("/dev/shm")
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    if e.file_name().to_string_lossy().starts_with(&shadows) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
