@@ -258,3 +258,16 @@ fn several_mount_prefixes_share_one_volume() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "one\nx\n");
 }
+
+#[test]
+fn a_program_that_exits_leaves_its_writes_committed() {
+    let v = Volume::new("exit-commit");
+    v.sh_ok("python3 -c 'open(\"/iris/f\", \"w\").write(\"x\" * 10000)'");
+    let out = Command::new(IRIS)
+        .arg("stat")
+        .arg(&v.0)
+        .output()
+        .expect("stat");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("uncommitted:     no"), "{text}");
+}

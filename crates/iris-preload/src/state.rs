@@ -131,6 +131,8 @@ pub(crate) fn fs() -> Option<&'static Fs> {
                     fs.set_mount_prefix(&first);
                 }
                 fs.start_commit_timer(cfg.commit_interval);
+                // SAFETY: registering a plain extern "C" function to run at exit.
+                unsafe { libc::atexit(commit_at_exit) };
                 log(&format!(
                     "serving {} from {}",
                     String::from_utf8_lossy(&crate::prefix::first()),
@@ -147,6 +149,15 @@ pub(crate) fn fs() -> Option<&'static Fs> {
         }
     })
     .as_ref()
+}
+
+/// At exit, commit what this process left uncommitted: a kernel file system writes dirty pages
+/// back within seconds of a program's exit, and so does Iris (the commit timer dies with us).
+extern "C" fn commit_at_exit() {
+    if let Some(fs) = fs_if_open() {
+        let _b = Busy::enter();
+        let _ = fs.sync();
+    }
 }
 
 /// The caller's credentials (checked per request, as the kernel would).
