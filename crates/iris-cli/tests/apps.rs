@@ -75,7 +75,7 @@ fn concurrent_sqlite3_writers() {
     v.sh_ok("sqlite3 /iris/mp.db 'create table t(w, i);'");
     let writer = |w: u32| {
         format!(
-            "(for i in $(seq 1 200); do echo \"insert into t values({w}, $i);\"; done) | \
+            "(for i in $(seq 1 200); do echo \"begin immediate; insert into t values({w}, $i); commit;\"; done) | \
              sqlite3 -cmd '.timeout 20000' /iris/mp.db"
         )
     };
@@ -311,7 +311,7 @@ fn sqlite3_wal_mode_with_concurrent_writers() {
     assert_eq!(out, "wal\n");
     let writer = |w: u32| {
         format!(
-            "(for i in $(seq 1 100); do echo \"insert into t(w, v) values({w}, $i);\"; done) | \
+            "(for i in $(seq 1 100); do echo \"begin immediate; insert into t(w, v) values({w}, $i); commit;\"; done) | \
              sqlite3 -cmd '.timeout 20000' /iris/wal.db"
         )
     };
