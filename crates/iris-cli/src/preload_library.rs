@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 /// `$IRIS_PRELOAD`, else libiris_preload.so next to this binary (or in its deps/ folder, as
-/// cargo lays out a build).
+/// cargo lays out a build). Of several, the newest: `cargo build -p iris-cli` refreshes only the
+/// deps/ copy, and running a stale interposer would test old code.
 pub fn preload_library() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("IRIS_PRELOAD") {
         return Some(PathBuf::from(p));
@@ -16,6 +17,10 @@ pub fn preload_library() -> Option<PathBuf> {
         dir.join("../lib/iris/libiris_preload.so"),
     ]
     .into_iter()
-    .find(|p| p.exists())
-    .and_then(|p| std::fs::canonicalize(p).ok())
+    .filter_map(|p| {
+        let modified = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
+        Some((modified, p))
+    })
+    .max_by_key(|(modified, _)| *modified)
+    .and_then(|(_, p)| std::fs::canonicalize(p).ok())
 }

@@ -352,3 +352,21 @@ print("after close:", open("/iris/m", "rb").read()[:5], os.path.getsize("/iris/m
         "child read: b'hello'\nparent map: b'WORLD'\nafter close: b'hello' 8192\n"
     );
 }
+
+#[test]
+fn whole_block_writes_to_a_mapped_file_reach_the_mapping() {
+    let v = Volume::new("mmap-block");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import mmap, os
+fd = os.open("/iris/m", os.O_CREAT | os.O_RDWR, 0o644)
+os.ftruncate(fd, 8192)
+m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+os.pwrite(fd, b"B" * 4096, 4096)
+print(m[4096:4098], m[8190:8192])
+os.pwrite(fd, b"A" * 8192, 0)
+print(m[0:2], m[4094:4098], m[8190:8192], os.fstat(fd).st_size)
+'"#,
+    );
+    assert_eq!(out, "b'BB' b'BB'\nb'AA' b'AAAA' b'AA' 8192\n");
+}

@@ -728,16 +728,32 @@ impl Fs {
         off: u64,
         data: &[u8],
     ) -> FsResult<Option<usize>> {
-        if self.getattr(ino)?.is_shadowed() {
-            return Ok(None);
-        }
-        self.write(ino, off, data).map(Some)
+        self.write_impl(ino, off, data, true)
     }
 
     /// Write `data` at `off`; returns bytes written. Extends the file as needed.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
+        Ok(self.write_impl(ino, off, data, false)?.unwrap_or(0))
+    }
+
+    /// The write; with `honor_shadow`, `None` (nothing written) when the bytes live in a shadow
+    /// file. The shadow flag is read in the same read section the write needs anyway.
+    fn write_impl(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        honor_shadow: bool,
+    ) -> FsResult<Option<usize>> {
+        if honor_shadow && data.is_empty() {
+            return Ok(if self.getattr(ino)?.is_shadowed() {
+                None
+            } else {
+                Some(0)
+            });
+        }
         if data.is_empty() {
-            return Ok(0);
+            return Ok(Some(0));
         }
         let bs = self.block_size;
         let end = off.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
@@ -755,11 +771,19 @@ impl Fs {
             if in_block == 0 && data.len() == bs as usize {
                 // A whole block: no old bytes to keep, so the copy runs outside the lock, and
                 // the inode's size and times follow in the same lock hold as the publish.
-                let existed = self
+                let (shadowed, existed) = self
                     .store
-                    .read(|v| v.get_with(key(ino, Kind::Data, first), |_| ()))
-                    .map_err(store_err)?
-                    .is_some();
+                    .read(|v| {
+                        let shadowed = honor_shadow
+                            && v.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))?
+                                .is_some_and(|i| i.is_ok_and(|i| i.is_shadowed()));
+                        let existed = v.get_with(key(ino, Kind::Data, first), |_| ())?.is_some();
+                        Ok((shadowed, existed))
+                    })
+                    .map_err(store_err)?;
+                if shadowed {
+                    return Ok(None);
+                }
                 let found = self
                     .store
                     .put_block_then_patch(
@@ -784,8 +808,12 @@ impl Fs {
                 if !found {
                     return Err(Errno::ENOENT);
                 }
-                return Ok(data.len());
+                return Ok(Some(data.len()));
             } else {
+                // A partial block (slower anyway): the shadow check is its own lookup.
+                if honor_shadow && self.getattr(ino)?.is_shadowed() {
+                    return Ok(None);
+                }
                 self.store
                     .put_sized(
                         key(ino, Kind::Data, first),
@@ -822,9 +850,12 @@ impl Fs {
             if !found {
                 return Err(Errno::ENOENT);
             }
-            return Ok(data.len());
+            return Ok(Some(data.len()));
         }
-        self.tx(|tx| {
+        let written = self.tx(|tx| {
+            if honor_shadow && get_inode_tx(tx, ino)?.is_shadowed() {
+                return Ok(false);
+            }
             let mut added = 0u64;
             for block in first..=last {
                 let bstart = block * bs;
@@ -859,9 +890,10 @@ impl Fs {
             i.mtime_ns = now;
             i.ctime_ns = now;
             i.blocks += added;
-            put_inode_tx(tx, &i)
+            put_inode_tx(tx, &i)?;
+            Ok(true)
         })?;
-        Ok(data.len())
+        Ok(written.then_some(data.len()))
     }
 
     /// Append `data` atomically at the end of file: returns the offset written at.

@@ -121,8 +121,7 @@ impl Desc {
     /// Run `f` with the offset locked against every process sharing the description.
     pub fn with_offset<R>(&self, f: impl FnOnce(&mut u64) -> R) -> R {
         let s = self.shared();
-        // SAFETY: getpid cannot fail.
-        let me = unsafe { libc::getpid() } as u32;
+        let me = crate::description::pid();
         let mut spins = 0u32;
         while s
             .lock
@@ -150,6 +149,28 @@ impl Desc {
         s.lock.store(0, Ordering::Release);
         r
     }
+}
+
+/// This process's pid, cached: the offset lock is taken on every read() and write(), where a
+/// system call would cost as much as the copy. Reset in a forked child.
+pub(crate) fn pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    extern "C" fn forget_pid() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+    AT_FORK.call_once(|| {
+        // SAFETY: registering a plain function to run in the child after fork.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
+    });
+    // SAFETY: getpid cannot fail.
+    let p = unsafe { libc::getpid() } as u32;
+    PID.store(p, Ordering::Relaxed);
+    p
 }
 
 fn last_errno() -> i32 {
