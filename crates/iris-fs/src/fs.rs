@@ -7,9 +7,11 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
-use iris_store::{CreateOptions, Key, OpenOptions, Store, Tx, View};
+use iris_store::{CreateOptions, Key, Located, OpenOptions, Store, ThenPatch, Tx, View};
+
+use crate::cache::{Caches, FileCache};
 
 use crate::cred::{Cred, W_OK, X_OK};
 use crate::dirent::{self, DirEntry};
@@ -56,6 +58,10 @@ pub struct Fs {
     mount_prefix: Vec<u8>,
     /// Open handles per inode in this process (unlinked files live until the last close).
     open_counts: Mutex<HashMap<u64, u32>>,
+    /// Inode records seen lately, valid while their change stamp is.
+    caches: Caches,
+    /// Block maps of the inodes this process has open (see [`Fs::file_cache`]).
+    file_caches: Mutex<HashMap<u64, Weak<FileCache>>>,
 }
 
 fn store_err(e: iris_store::StoreError) -> Errno {
@@ -282,6 +288,8 @@ impl Fs {
             block_size,
             mount_prefix: b"/iris".to_vec(),
             open_counts: Mutex::new(HashMap::new()),
+            caches: Caches::new(),
+            file_caches: Mutex::new(HashMap::new()),
         })
     }
 
@@ -312,9 +320,29 @@ impl Fs {
     /// Metadata of `ino`.
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
         self.store
+            .read(|view| Ok(self.inode_in(view, ino)))
+            .map_err(store_err)?
+    }
+
+    /// The inode record of `ino` as `view` sees it, from the cache when its change stamp allows.
+    #[inline]
+    fn inode_in(&self, view: &View<'_>, ino: u64) -> FsResult<Inode> {
+        let stamp = view.change_stamp(ino);
+        self.inode_at(view, ino, stamp)
+    }
+
+    /// [`Fs::inode_in`] with the change stamp already read (before any lookup).
+    #[inline]
+    fn inode_at(&self, view: &View<'_>, ino: u64, stamp: u64) -> FsResult<Inode> {
+        if let Some(i) = self.caches.inode(ino, stamp) {
+            return Ok(i);
+        }
+        let inode = view
             .get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))
             .map_err(store_err)?
-            .unwrap_or(Err(Errno::ENOENT))
+            .unwrap_or(Err(Errno::ENOENT))?;
+        self.caches.put_inode(&inode, stamp);
+        Ok(inode)
     }
 
     /// Resolve `path` from directory `start` (absolute paths start at the root). With
@@ -329,12 +357,6 @@ impl Fs {
         self.store
             .read(|view| Ok(self.resolve_in(view, cred, start, path, follow_last)))
             .map_err(store_err)?
-    }
-
-    fn inode_in(view: &View<'_>, ino: u64) -> FsResult<Inode> {
-        view.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))
-            .map_err(store_err)?
-            .unwrap_or(Err(Errno::ENOENT))
     }
 
     fn lookup_in(view: &View<'_>, dir: u64, name: &[u8]) -> FsResult<Option<u64>> {
@@ -364,7 +386,7 @@ impl Fs {
         let mut cur = if path[0] == b'/' { ROOT_INO } else { start };
         let trailing_slash = path.ends_with(b"/");
         let mut links = 0u32;
-        let mut cur_inode = Self::inode_in(view, cur)?;
+        let mut cur_inode = self.inode_in(view, cur)?;
         while let Some(name) = pending.pop() {
             if !cur_inode.is_dir() {
                 return Err(Errno::ENOTDIR);
@@ -375,7 +397,7 @@ impl Fs {
             } else {
                 Self::lookup_in(view, cur, &name)?.ok_or(Errno::ENOENT)?
             };
-            let next_inode = Self::inode_in(view, next)?;
+            let next_inode = self.inode_in(view, next)?;
             let last = pending.is_empty();
             if next_inode.is_symlink() && (!last || follow_last || trailing_slash) {
                 links += 1;
@@ -401,7 +423,7 @@ impl Fs {
                 for c in components(rel)?.iter().rev() {
                     pending.push(c.to_vec());
                 }
-                cur_inode = Self::inode_in(view, cur)?;
+                cur_inode = self.inode_in(view, cur)?;
                 continue;
             }
             cur = next;
@@ -650,7 +672,31 @@ impl Fs {
     /// Read up to `buf.len()` bytes at `off`; holes read as zeros; returns bytes read (0 at EOF).
     /// While the file is shadowed this reads the bytes last written back from the shadow.
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> FsResult<usize> {
-        Ok(self.read_impl(ino, off, buf, false)?.unwrap_or(0))
+        Ok(self.read_impl(ino, off, buf, false, None)?.unwrap_or(0))
+    }
+
+    /// The block map of `ino` for this process, shared by every open of it here: reads through
+    /// it ([`Fs::read_file`]) skip the tree lookup of blocks read before, while the file is
+    /// unchanged. Take it at open and keep it with the open file.
+    pub fn file_cache(&self, ino: u64) -> Arc<FileCache> {
+        let mut map = match self.file_caches.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(c) = map.get(&ino).and_then(Weak::upgrade) {
+            return c;
+        }
+        if map.len() >= 64 && map.len().is_power_of_two() {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        let c = Arc::new(FileCache::new(ino));
+        map.insert(ino, Arc::downgrade(&c));
+        c
+    }
+
+    /// [`Fs::read_unless_shadowed`] through the block map of an open file.
+    pub fn read_file(&self, file: &FileCache, off: u64, buf: &mut [u8]) -> FsResult<Option<usize>> {
+        self.read_impl(file.ino(), off, buf, true, Some(file))
     }
 
     /// Mark or unmark `ino` as living in a shadow file (see [`Inode::SHADOWED`]).
@@ -671,7 +717,7 @@ impl Fs {
         off: u64,
         buf: &mut [u8],
     ) -> FsResult<Option<usize>> {
-        self.read_impl(ino, off, buf, true)
+        self.read_impl(ino, off, buf, true, None)
     }
 
     fn read_impl(
@@ -680,14 +726,15 @@ impl Fs {
         off: u64,
         buf: &mut [u8],
         honor_shadow: bool,
+        file: Option<&FileCache>,
     ) -> FsResult<Option<usize>> {
         let bs = self.block_size;
         self.store
             .read(|view| {
-                let Some(Ok(inode)) =
-                    view.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))?
-                else {
-                    return Ok(Err(Errno::ENOENT));
+                let stamp = view.change_stamp(ino);
+                let inode = match self.inode_at(view, ino, stamp) {
+                    Ok(i) => i,
+                    Err(e) => return Ok(Err(e)),
                 };
                 if inode.is_dir() {
                     return Ok(Err(Errno::EISDIR));
@@ -699,6 +746,7 @@ impl Fs {
                     return Ok(Ok(Some(0)));
                 }
                 let n = (buf.len() as u64).min(inode.size - off) as usize;
+                let map = file.and_then(|f| Some((f, f.epoch(stamp)?)));
                 let mut done = 0usize;
                 while done < n {
                     let pos = off + done as u64;
@@ -706,14 +754,24 @@ impl Fs {
                     let in_block = (pos % bs) as usize;
                     let chunk = (bs as usize - in_block).min(n - done);
                     let out = &mut buf[done..done + chunk];
-                    let found = view.get_with(key(ino, Kind::Data, block), |v| {
-                        let have = v.len().saturating_sub(in_block).min(chunk);
-                        out[..have].copy_from_slice(&v[in_block..in_block + have]);
-                        out[have..].fill(0);
-                    })?;
-                    if found.is_none() {
-                        out.fill(0);
-                    }
+                    let at = match map.and_then(|(f, e)| f.get(block, e)) {
+                        Some(at) => Some(Located::Block(at)),
+                        None => {
+                            let found = view.get_located(key(ino, Kind::Data, block))?;
+                            if let (Some((f, e)), Some(Located::Block(at))) = (map, found) {
+                                f.put(block, e, at);
+                            }
+                            found
+                        }
+                    };
+                    let v = match at {
+                        Some(Located::Block(at)) => view.block_bytes(at)?,
+                        Some(Located::Inline(v)) => v,
+                        None => &[],
+                    };
+                    let have = v.len().saturating_sub(in_block).min(chunk);
+                    out[..have].copy_from_slice(&v[in_block..in_block + have]);
+                    out[have..].fill(0);
                     done += chunk;
                 }
                 Ok(Ok(Some(n)))
@@ -771,42 +829,60 @@ impl Fs {
             if in_block == 0 && data.len() == bs as usize {
                 // A whole block: no old bytes to keep, so the copy runs outside the lock, and
                 // the inode's size and times follow in the same lock hold as the publish.
-                let (shadowed, existed) = self
+                let (stamp, inode) = self
                     .store
                     .read(|v| {
-                        let shadowed = honor_shadow
-                            && v.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))?
-                                .is_some_and(|i| i.is_ok_and(|i| i.is_shadowed()));
-                        let existed = v.get_with(key(ino, Kind::Data, first), |_| ())?.is_some();
-                        Ok((shadowed, existed))
+                        let stamp = v.change_stamp(ino);
+                        Ok((stamp, self.inode_at(v, ino, stamp)))
                     })
                     .map_err(store_err)?;
-                if shadowed {
+                let inode = inode?;
+                if honor_shadow && inode.is_shadowed() {
                     return Ok(None);
                 }
-                let found = self
+                // Times move at the clock's coarse tick, as the kernel's do: within one tick a
+                // write that does not extend the file leaves the inode as it is (no second
+                // lookup), provided nothing changed it since it was read (the store checks).
+                let unchanged = inode.size >= end && inode.mtime_ns == now && inode.ctime_ns == now;
+                let after = Cell::new(None);
+                let put = self
                     .store
                     .put_block_then_patch(
                         key(ino, Kind::Data, first),
                         data.len(),
                         |out| out.copy_from_slice(data),
-                        Some((
-                            key(ino, Kind::Inode, 0),
-                            |rec: &[u8], p: &mut iris_store::Patch| {
-                                if let Ok(i) = Inode::decode(ino, rec) {
-                                    p.set(inode::SIZE_OFF, i.size.max(end));
+                        Some(ThenPatch {
+                            key: key(ino, Kind::Inode, 0),
+                            unless_unchanged_since: unchanged.then_some(stamp),
+                            patch: |rec: &[u8], replaced: bool, p: &mut iris_store::Patch| {
+                                if let Ok(mut i) = Inode::decode(ino, rec) {
+                                    i.size = i.size.max(end);
+                                    i.mtime_ns = now;
+                                    i.ctime_ns = now;
+                                    p.set(inode::SIZE_OFF, i.size);
                                     p.set(inode::MTIME_OFF, now as u64);
                                     p.set(inode::CTIME_OFF, now as u64);
-                                    if !existed {
-                                        p.set(inode::BLOCKS_OFF, i.blocks + 1);
+                                    if !replaced {
+                                        i.blocks += 1;
+                                        p.set(inode::BLOCKS_OFF, i.blocks);
                                     }
+                                    after.set(Some(i));
                                 }
                             },
-                        )),
+                        }),
                     )
                     .map_err(store_err)?;
-                if !found {
+                if !put.found {
                     return Err(Errno::ENOENT);
+                }
+                if let Some((stamp, _)) = put.located {
+                    // The stamp was read under the lock right after this write: what it wrote
+                    // is what a lookup would find now.
+                    match (put.patched, after.get()) {
+                        (false, _) => self.caches.put_inode(&inode, stamp),
+                        (true, Some(i)) => self.caches.put_inode(&i, stamp),
+                        (true, None) => {}
+                    }
                 }
                 return Ok(Some(data.len()));
             } else {

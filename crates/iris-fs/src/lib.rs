@@ -3,6 +3,7 @@
 //! (inode, kind, offset) (see `keys`). The interposer and the `iris` command call this crate;
 //! nothing above it touches the tree.
 
+mod cache;
 mod check;
 mod cred;
 mod dirent;
@@ -12,6 +13,7 @@ mod inode;
 mod keys;
 mod xattr;
 
+pub use cache::FileCache;
 pub use check::FsReport;
 pub use cred::{Cred, R_OK, W_OK, X_OK};
 pub use dirent::DirEntry;

@@ -90,6 +90,7 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
     };
     let file = Arc::new(OpenFile {
         ino: inode.ino,
+        cache: fs.file_cache(inode.ino),
         is_dir: inode.is_dir(),
         desc,
         path: abs,
@@ -100,10 +101,11 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
 }
 
 /// Read through the volume, or through the shadow file when the inode is shadowed.
-fn read_file(fs: &Fs, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
-    if let Some(n) = fs.read_unless_shadowed(ino, off, buf)? {
+fn read_file(fs: &Fs, file: &OpenFile, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    if let Some(n) = fs.read_file(&file.cache, off, buf)? {
         return Ok(n);
     }
+    let ino = file.ino;
     match crate::shadow::open(fs, ino, false) {
         Ok(fd) => {
             // SAFETY: reading the shadow into the caller's buffer.
@@ -302,7 +304,7 @@ fn read_at_offset(file: &OpenFile, buf: &mut [u8]) -> ssize_t {
         return fail(libc::EIO);
     };
     file.desc
-        .with_offset(|off| match read_file(fs, file.ino, *off, buf) {
+        .with_offset(|off| match read_file(fs, file, *off, buf) {
             Ok(n) => {
                 *off += n as u64;
                 n as ssize_t
@@ -363,7 +365,7 @@ fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
-    match read_file(fs, file.ino, off as u64, buf) {
+    match read_file(fs, file, off as u64, buf) {
         Ok(n) => n as ssize_t,
         Err(e) => fail(e.0),
     }
@@ -1451,7 +1453,7 @@ fn mmap_iris(
     if let Ok(fs) = fs_or_eio() {
         // SAFETY: the new mapping is len bytes, readable and writable.
         let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
-        let _ = read_file(fs, file.ino, off as u64, buf);
+        let _ = read_file(fs, file, off as u64, buf);
     }
     // SAFETY: the mapping we created; restoring the caller's protection.
     unsafe { libc::mprotect(p, len, prot) };

@@ -16,6 +16,8 @@ pub(crate) const MAX_FDS: usize = 1 << 16;
 /// An open file description, as this process sees it (the state lives in shared memory).
 pub(crate) struct OpenFile {
     pub ino: u64,
+    /// This process's block map of the inode (reads skip the tree for blocks seen before).
+    pub cache: Arc<iris_fs::FileCache>,
     pub is_dir: bool,
     pub desc: Desc,
     /// Absolute path it was opened by (with the mount prefix), for fchdir; unknown if inherited.

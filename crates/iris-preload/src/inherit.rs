@@ -54,6 +54,7 @@ extern "C" fn on_load() {
             fd,
             Arc::new(OpenFile {
                 ino,
+                cache: fs.file_cache(ino),
                 is_dir,
                 desc,
                 path: None,

@@ -45,7 +45,31 @@ const _: () = assert!(SNAP_TABLE + (MAX_SNAPSHOTS * SNAP_ENTRY_BYTES) as u64 <= 
 const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() as u64 <= MUTEX_BYTES);
 const _: () = assert!(VOLUME_ID + 8 <= crate::readers::EPOCH_OFF);
 const _: () = assert!(PENDING_HI + 8 <= crate::readers::LIMBO_OFF);
-const _: () = assert!(crate::readers::END_OFF <= crate::layout::HEADER_BYTES);
+/// Change stamps: one counter per bucket of key high words (see [`Header::change_stamp`]).
+const CHANGE_STAMPS: u64 = 4096;
+/// Buckets of change stamps (a power of two).
+pub(crate) const STAMP_BUCKETS: u64 = 256;
+const _: () = assert!(crate::readers::END_OFF <= CHANGE_STAMPS);
+const _: () = assert!(CHANGE_STAMPS + STAMP_BUCKETS * 8 <= crate::layout::HEADER_BYTES);
+
+/// The change-stamp buckets an operation touched (one bit per bucket).
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct StampMask([u64; (STAMP_BUCKETS / 64) as usize]);
+
+impl StampMask {
+    /// Note a change to a key whose high word is `hi`.
+    #[inline]
+    pub fn touch(&mut self, hi: u64) {
+        let b = stamp_bucket(hi);
+        self.0[(b / 64) as usize] |= 1 << (b % 64);
+    }
+}
+
+/// The bucket of key high word `hi` (keys sharing a high word share a stamp).
+#[inline]
+pub(crate) fn stamp_bucket(hi: u64) -> u64 {
+    hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - STAMP_BUCKETS.trailing_zeros())
+}
 
 /// Typed access to the header fields.
 #[derive(Clone, Copy)]
@@ -163,6 +187,39 @@ impl Header {
             a.fetch_add(delta as u64, Ordering::AcqRel);
         } else {
             a.fetch_sub(delta.unsigned_abs(), Ordering::AcqRel);
+        }
+    }
+
+    /// The change stamp of keys whose high word is `hi`: it moves (under the volume lock) after
+    /// every published change of such a key and before the old value's blocks can be reused, so
+    /// a value location learned while the stamp read `s` stays valid for as long as it reads `s`.
+    #[inline]
+    pub fn change_stamp(&self, hi: u64) -> u64 {
+        self.region
+            .atomic_u64(self.off + CHANGE_STAMPS + stamp_bucket(hi) * 8)
+            .load(Ordering::SeqCst)
+    }
+
+    /// Move the stamps of every bucket in `mask` (caller holds the lock, after publishing).
+    pub fn bump_change_stamps(&self, mask: &StampMask) {
+        for (w, bits) in mask.0.iter().enumerate() {
+            let mut bits = *bits;
+            while bits != 0 {
+                let b = w as u64 * 64 + u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                self.region
+                    .atomic_u64(self.off + CHANGE_STAMPS + b * 8)
+                    .fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Move every change stamp (the whole tree may have changed: rollback, a dead writer).
+    pub fn bump_all_change_stamps(&self) {
+        for b in 0..STAMP_BUCKETS {
+            self.region
+                .atomic_u64(self.off + CHANGE_STAMPS + b * 8)
+                .fetch_add(1, Ordering::SeqCst);
         }
     }
 

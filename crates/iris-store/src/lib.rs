@@ -26,7 +26,7 @@ pub use error::{Result, StoreError};
 pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
-    kernel_boot_id, CreateOptions, Op, OpenOptions, Patch, SnapshotView, Stats, Store, TreeShape,
-    Tx, VerifyReport, View,
+    kernel_boot_id, BlockPut, BlockRef, CreateOptions, Located, Op, OpenOptions, Patch,
+    SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View,
 };
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

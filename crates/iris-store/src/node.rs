@@ -59,8 +59,10 @@ pub(crate) struct Node {
     pub level: u16,
     pub count: u16,
     pub birth: u64,
-    layout: Layout,
+    /// First data block and first block past the backed volume: bounds for value pointers.
+    data_start: u64,
     backed_blocks: u64,
+    block_shift: u32,
 }
 
 fn bad(block: u64, what: &str) -> StoreError {
@@ -119,8 +121,9 @@ impl Node {
             level,
             count,
             birth,
-            layout: *layout,
+            data_start: layout.data_start,
             backed_blocks,
+            block_shift: layout.block_shift,
         })
     }
 
@@ -147,31 +150,84 @@ impl Node {
     }
 
     /// Leaf: index of `key`, or where it would go.
+    #[inline]
     pub fn search(&self, key: Key) -> std::result::Result<u16, u16> {
-        let (mut lo, mut hi) = (0u16, self.count);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.key(mid).cmp(&key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Ok(mid),
-            }
+        let i = self.first_not(0, self.count, key, |k| k < key);
+        if i < self.count && self.key(i) == key {
+            Ok(i)
+        } else {
+            Err(i)
         }
-        Err(lo)
     }
 
     /// Internal: the slot whose subtree may hold `key` (last slot with key <= `key`, else 0).
+    #[inline]
     pub fn route(&self, key: Key) -> u16 {
-        let (mut lo, mut hi) = (1u16, self.count);
+        self.first_not(1, self.count, key, |k| k <= key)
+            .saturating_sub(1)
+    }
+
+    /// The first slot in `[lo, hi)` whose key fails `before` (which holds for a prefix of the
+    /// slots), or `hi`. Keys of one inode's blocks are nearly evenly spaced, so the first probe
+    /// goes where interpolation between the range's end keys puts `key`, and the search gallops
+    /// out from there: a couple of cache lines of a 4 KiB node instead of a binary search's
+    /// seven or so. Any keys give the right answer, only in more probes.
+    #[inline]
+    fn first_not(&self, lo: u16, hi: u16, key: Key, before: impl Fn(Key) -> bool) -> u16 {
+        let (mut lo, mut hi) = (lo, hi);
+        if hi > lo + 8 {
+            let (first, last) = (self.key(lo), self.key(hi - 1));
+            if first.hi == key.hi && last.hi == key.hi && first.lo < last.lo {
+                let span = u128::from(last.lo - first.lo);
+                let at = u128::from(key.lo.clamp(first.lo, last.lo) - first.lo);
+                let g = lo + (at * u128::from(hi - 1 - lo) / span) as u16;
+                (lo, hi) = self.gallop(lo, hi, g, &before);
+            }
+        }
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.key(mid) <= key {
+            if before(self.key(mid)) {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        lo - 1
+        lo
+    }
+
+    /// Narrow `[lo, hi]` (the answer's bounds) by probing at `g` and then at doubling distances
+    /// away from it.
+    #[inline]
+    fn gallop(&self, lo: u16, hi: u16, g: u16, before: &impl Fn(Key) -> bool) -> (u16, u16) {
+        let mut b = g;
+        let mut step = 1u16;
+        if before(self.key(g)) {
+            // The answer is in (g, hi].
+            loop {
+                let n = b.saturating_add(step);
+                if n >= hi {
+                    return (b + 1, hi);
+                }
+                if !before(self.key(n)) {
+                    return (b + 1, n);
+                }
+                b = n;
+                step = step.saturating_mul(2);
+            }
+        } else {
+            // The answer is in [lo, g].
+            loop {
+                if b < lo + step {
+                    return (lo, b);
+                }
+                let n = b - step;
+                if before(self.key(n)) {
+                    return (n + 1, b);
+                }
+                b = n;
+                step = step.saturating_mul(2);
+            }
+        }
     }
 
     /// Internal: child block of slot `i` (validated by the `load` of the child).
@@ -201,7 +257,7 @@ impl Node {
             if u64::from(len) > self.bs {
                 return Err(bad(self.block, "value longer than a block"));
             }
-            if word < self.layout.data_start || word >= self.backed_blocks {
+            if word < self.data_start || word >= self.backed_blocks {
                 return Err(bad(self.block, "value block outside the volume"));
             }
             Ok(Val::Block {
@@ -248,7 +304,7 @@ impl Node {
     /// Copy this node into the fresh block `dst`, born in `birth`, checksum cleared: the start of a
     /// copy-on-write that changes a few words instead of rebuilding the node slot by slot.
     pub fn copy_to(&self, dst: u64, birth: u64) -> Node {
-        let dst_off = self.layout.offset(dst);
+        let dst_off = dst << self.block_shift;
         self.region.copy_within(self.off, dst_off, self.bs);
         self.region.write_u64(dst_off + H_BIRTH, birth);
         self.region.write_u32(dst_off + H_CRC, 0);
@@ -423,5 +479,82 @@ impl NodeBuilder {
         self.region.write_u16(self.off + H_COUNT, self.count);
         self.region.write_u32(self.off + H_HEAP, self.heap as u32);
         self.count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A leaf and an internal node holding `keys`, in a buffer of two blocks.
+    fn nodes(buf: &mut [u64], keys: &[Key]) -> (Node, Node) {
+        let layout = Layout::new(4096, 64).expect("layout");
+        let region = Region::new(buf.as_mut_ptr().cast(), (buf.len() * 8) as u64);
+        let (leaf_b, inner_b) = (layout.data_start, layout.data_start + 1);
+        let mut nb = NodeBuilder::new(region, &layout, leaf_b, 0, 1);
+        for k in keys {
+            nb.push_leaf(
+                *k,
+                Val::Block {
+                    block: layout.data_start,
+                    len: 0,
+                    gen: 1,
+                },
+            );
+        }
+        nb.finish();
+        let mut nb = NodeBuilder::new(region, &layout, inner_b, 1, 1);
+        for k in keys {
+            nb.push_child(*k, layout.data_start);
+        }
+        nb.finish();
+        let backed = layout.data_start + 2;
+        (
+            Node::load(region, &layout, backed, leaf_b, Some(0)).expect("leaf"),
+            Node::load(region, &layout, backed, inner_b, Some(1)).expect("inner"),
+        )
+    }
+
+    #[test]
+    fn guided_search_agrees_with_binary_search() {
+        let layout = Layout::new(4096, 64).expect("layout");
+        let mut buf = vec![0u64; ((layout.data_start + 2) * 4096 / 8) as usize];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..400 {
+            let n = 1 + next() % 95;
+            // Mixes of dense runs, gaps and a second high word.
+            let mut keys: Vec<Key> = (0..n)
+                .map(|i| match round % 4 {
+                    0 => Key::new(7, 1000 + i),
+                    1 => Key::new(7, next() % 5000),
+                    2 => Key::new(6 + next() % 2, next() % 300),
+                    _ => Key::new(7, i * i * 37 + (next() % 3)),
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            let (leaf, inner) = nodes(&mut buf, &keys);
+            for _ in 0..200 {
+                let probe = Key::new(5 + next() % 4, next() % 6000);
+                let probe = if next() % 2 == 0 {
+                    keys[(next() % keys.len() as u64) as usize]
+                } else {
+                    probe
+                };
+                let want = keys
+                    .binary_search(&probe)
+                    .map(|i| i as u16)
+                    .map_err(|i| i as u16);
+                assert_eq!(leaf.search(probe), want, "leaf {keys:?} {probe:?}");
+                let route = keys[1..].partition_point(|k| *k <= probe) as u16;
+                assert_eq!(inner.route(probe), route, "inner {keys:?} {probe:?}");
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The public store: open/create a volume, then get/put/delete/scan/batch under the volume lock,
 //! commit (explicit, grouped, or on a timer), snapshots, statistics and verification.
 
+use std::cell::Cell;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -81,6 +82,77 @@ impl Patch {
             debug_assert!(false, "more than eight words in one patch");
         }
     }
+}
+
+/// The patch [`Store::put_block_then_patch`] applies after its put, in the same hold of the lock.
+pub struct ThenPatch<F> {
+    /// The key whose value is patched (a file's inode).
+    pub key: Key,
+    /// Skip the patch when the put replaced a value and the change stamp of `key.hi` still
+    /// reads this: the caller saw the value at that stamp and knows the patch would change
+    /// nothing.
+    pub unless_unchanged_since: Option<u64>,
+    /// Chooses the words from the old value; told whether the put replaced a value.
+    pub patch: F,
+}
+
+/// What [`Store::put_block_then_patch`] did.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockPut {
+    /// Whether the patched key existed (true when there was nothing to patch).
+    pub found: bool,
+    /// Whether the put replaced a value (rather than adding a key).
+    pub replaced: bool,
+    /// Whether a patch was applied.
+    pub patched: bool,
+    /// The change stamp of the key's high word right after the put (and patch) and where the
+    /// value now lives; `None` when the value went inline.
+    pub located: Option<(u64, BlockRef)>,
+}
+
+/// Where an out-of-line value lives: valid for as long as the change stamp of its key's high
+/// word reads what it read when the location was learned (see [`Store::change_stamp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRef {
+    block: u64,
+    len: u32,
+}
+
+/// Bits of a packed [`BlockRef`] that hold the length (values are at most 64 KiB).
+const REF_LEN_BITS: u32 = 17;
+
+impl BlockRef {
+    /// The location as one non-zero word (for caches made of atomic words).
+    pub fn pack(self) -> u64 {
+        (self.block << REF_LEN_BITS) | u64::from(self.len)
+    }
+
+    /// A location from [`BlockRef::pack`]; `None` for 0 (an empty cache word).
+    pub fn unpack(word: u64) -> Option<BlockRef> {
+        (word != 0).then_some(BlockRef {
+            block: word >> REF_LEN_BITS,
+            len: (word & ((1 << REF_LEN_BITS) - 1)) as u32,
+        })
+    }
+
+    /// Length of the value in bytes.
+    pub fn len(self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the value is empty.
+    pub fn is_empty(self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A value found by [`View::get_located`].
+#[derive(Clone, Copy, Debug)]
+pub enum Located<'a> {
+    /// A small value, in a tree node: its bytes (valid for the read section only).
+    Inline(&'a [u8]),
+    /// An out-of-line value: its data block.
+    Block(BlockRef),
 }
 
 /// Counters and sizes, cheap to read (no tree walk).
@@ -193,6 +265,8 @@ impl Inner {
             Acquired::OwnerDied => {
                 // The holder died mid-operation. The tree is consistent (publish by one store);
                 // finish a half-done commit and reclaim what the dead holder had allocated.
+                // It may have published without moving the change stamps: move them all first.
+                self.header.bump_all_change_stamps();
                 let cx = self.cx();
                 let repaired = commit::reconcile(&cx).and_then(|_| recovery::collect(&cx));
                 volume_lock::mark_consistent(&self.header);
@@ -598,34 +672,29 @@ impl Store {
     /// lock: the copy of the data, the bulk of a block write, runs in parallel with other writers.
     /// The lock is held only to allocate the block and to publish it.
     pub fn put_block(&self, key: Key, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
-        self.put_block_then_patch(key, len, fill, None::<(Key, fn(&[u8], &mut Patch))>)
-            .map(|_| ())
+        self.put_block_then_patch(
+            key,
+            len,
+            fill,
+            None::<ThenPatch<fn(&[u8], bool, &mut Patch)>>,
+        )
+        .map(|_| ())
     }
 
-    /// [`Store::put_block`], then, in the same hold of the lock, [`Store::patch_with`] on
-    /// `then.0` (a file's data block and its inode's size and times: one lock round trip).
-    /// Returns whether the patched key existed (true when there was nothing to patch).
+    /// [`Store::put_block`], then, in the same hold of the lock, the patch `then` describes (a
+    /// file's data block and its inode's size and times: one lock round trip).
     pub fn put_block_then_patch(
         &self,
         key: Key,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
-        then: Option<(Key, impl FnOnce(&[u8], &mut Patch))>,
-    ) -> Result<bool> {
+        then: Option<ThenPatch<impl FnOnce(&[u8], bool, &mut Patch)>>,
+    ) -> Result<BlockPut> {
         let inner = &*self.inner;
         inner.check_writable()?;
         if len > inner.layout.block_size as usize || len <= inner.facts.inline_max as usize {
             // Inline-sized values go through the ordinary path.
-            let mut fill = Some(fill);
-            self.put_with(key, len, |_, out| {
-                if let Some(f) = fill.take() {
-                    f(out)
-                }
-            })?;
-            return match then {
-                Some((k, f)) => self.patch_with(k, f),
-                None => Ok(true),
-            };
+            return self.put_block_under_lock(key, len, fill, then);
         }
         let (block, slot) = {
             let _g = inner.lock()?;
@@ -643,16 +712,7 @@ impl Store {
                     // Every in-flight slot is busy: fill under the lock instead.
                     inner.alloc.free_now(b);
                     drop(_g);
-                    let mut fill = Some(fill);
-                    self.put_with(key, len, |_, out| {
-                        if let Some(f) = fill.take() {
-                            f(out)
-                        }
-                    })?;
-                    return match then {
-                        Some((k, f)) => self.patch_with(k, f),
-                        None => Ok(true),
-                    };
+                    return self.put_block_under_lock(key, len, fill, then);
                 }
             }
         };
@@ -666,9 +726,10 @@ impl Store {
         inner.latency.on_write(1);
         let g = inner.lock()?;
         inner.alloc.readers().unreserve(slot);
+        let stamp_before = then.as_ref().map(|t| inner.header.change_stamp(t.key.hi));
         let mut txn = Txn::begin(inner.cx(), false);
         let gen = inner.header.working_gen();
-        match txn.put(
+        let replaced = match txn.put(
             key,
             Val::Block {
                 block,
@@ -676,22 +737,85 @@ impl Store {
                 gen,
             },
         ) {
-            Ok(()) => {
-                txn.commit_publish();
-                let found = match then {
-                    Some((k, f)) => Self::patch_locked(inner, k, f)?,
-                    None => true,
-                };
-                drop(g);
-                Ok(found)
-            }
+            Ok(replaced) => replaced,
             Err(e) => {
                 txn.abort();
                 inner.alloc.free_now(block);
                 drop(g);
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        txn.commit_publish();
+        let (found, patched) = match then {
+            Some(t)
+                if replaced
+                    && t.unless_unchanged_since
+                        .is_some_and(|s| Some(s) == stamp_before) =>
+            {
+                (true, false)
+            }
+            Some(t) => {
+                let mut patch = Some(t.patch);
+                let found = Self::patch_locked(inner, t.key, |old, p| {
+                    if let Some(f) = patch.take() {
+                        f(old, replaced, p)
+                    }
+                })?;
+                (found, true)
+            }
+            None => (true, false),
+        };
+        let stamp = inner.header.change_stamp(key.hi);
+        drop(g);
+        Ok(BlockPut {
+            found,
+            replaced,
+            patched,
+            located: Some((
+                stamp,
+                BlockRef {
+                    block,
+                    len: len as u32,
+                },
+            )),
+        })
+    }
+
+    /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,
+    /// or every in-flight slot busy).
+    fn put_block_under_lock(
+        &self,
+        key: Key,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        then: Option<ThenPatch<impl FnOnce(&[u8], bool, &mut Patch)>>,
+    ) -> Result<BlockPut> {
+        let replaced = Cell::new(false);
+        let mut fill = Some(fill);
+        self.put_with(key, len, |old, out| {
+            replaced.set(old.is_some());
+            if let Some(f) = fill.take() {
+                f(out)
+            }
+        })?;
+        let replaced = replaced.get();
+        let found = match then {
+            Some(t) => {
+                let mut patch = Some(t.patch);
+                self.patch_with(t.key, |old, p| {
+                    if let Some(f) = patch.take() {
+                        f(old, replaced, p)
+                    }
+                })?
+            }
+            None => true,
+        };
+        Ok(BlockPut {
+            found,
+            replaced,
+            patched: true,
+            located: None,
+        })
     }
 
     /// Update 8-byte little-endian words of the value of `key`, chosen by `f` from the old value:
@@ -794,7 +918,7 @@ impl Store {
             for op in ops {
                 match *op {
                     Op::Put(k, v) if v.len() <= inner.facts.inline_max as usize => {
-                        txn.put(k, Val::Inline(v))?
+                        txn.put(k, Val::Inline(v))?;
                     }
                     Op::Put(k, v) => {
                         let (block, gen) = txn.alloc_data()?;
@@ -807,7 +931,7 @@ impl Store {
                                 len: v.len() as u32,
                                 gen,
                             },
-                        )?
+                        )?;
                     }
                     Op::Delete(k) => {
                         txn.delete(k)?;
@@ -868,6 +992,14 @@ impl Store {
             root: inner.header.working_root(),
         };
         f(&view)
+    }
+
+    /// The change stamp of keys whose high word is `hi`: a counter in the shared header that moves
+    /// after every published change of such a key, before the old value's data block can be
+    /// reused. A location learned by a lookup made after reading stamp `s` stays valid while the
+    /// stamp reads `s` (read both inside one read section), which lets callers cache lookups.
+    pub fn change_stamp(&self, hi: u64) -> u64 {
+        self.inner.header.change_stamp(hi)
     }
 
     /// Visit keys in `[start, end)` in ascending order until `f` returns false.
@@ -977,6 +1109,7 @@ impl Store {
         inner
             .region
             .publish_u64(inner.header.working_root_off(), snap.root);
+        inner.header.bump_all_change_stamps();
         inner.header.set_dirty(1);
         inner.commit_locked()?;
         recovery::collect(&inner.cx())?;
@@ -1144,6 +1277,42 @@ impl View<'_> {
         }
     }
 
+    /// The change stamp of keys whose high word is `hi` (see [`Store::change_stamp`]). Read it
+    /// before a lookup whose result is cached, and tag the result with it.
+    #[inline]
+    pub fn change_stamp(&self, hi: u64) -> u64 {
+        self.inner.header.change_stamp(hi)
+    }
+
+    /// Where the value of `key` lives: its bytes if inline, its data block if out of line.
+    pub fn get_located(&self, key: Key) -> Result<Option<Located<'_>>> {
+        Ok(match self.inner.cx().lookup(self.root, key)? {
+            None => None,
+            Some(Val::Inline(b)) => Some(Located::Inline(b)),
+            Some(Val::Block { block, len, .. }) => Some(Located::Block(BlockRef { block, len })),
+        })
+    }
+
+    /// The bytes of an out-of-line value found by [`View::get_located`] or returned by
+    /// [`Store::put_block_then_patch`], while the change stamp of its key reads what it read
+    /// then. A location outside the volume's data is an error.
+    #[inline]
+    pub fn block_bytes(&self, at: BlockRef) -> Result<&[u8]> {
+        let inner = self.inner;
+        if at.block < inner.layout.data_start
+            || at.block >= inner.header.backed_blocks()
+            || at.len > inner.layout.block_size
+        {
+            return Err(StoreError::corrupt(format!(
+                "cached location {at:?} is outside the volume's data"
+            )));
+        }
+        inner.latency.on_read(1);
+        Ok(inner
+            .region
+            .bytes(inner.layout.offset(at.block), u64::from(at.len)))
+    }
+
     /// Visit `[start, end)` ascending until `f` returns false.
     pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
         self.inner
@@ -1197,7 +1366,7 @@ impl Tx<'_, '_> {
         if len <= inner.facts.inline_max as usize {
             let mut tmp = [0u8; MAX_BLOCK_SIZE as usize / 4];
             fill(old_bytes, &mut tmp[..len]);
-            self.txn.put(key, Val::Inline(&tmp[..len]))
+            self.txn.put(key, Val::Inline(&tmp[..len])).map(|_| ())
         } else {
             let (block, gen) = self.txn.alloc_data()?;
             fill(
@@ -1207,14 +1376,16 @@ impl Tx<'_, '_> {
                     .bytes_mut(inner.layout.offset(block), len as u64),
             );
             inner.latency.on_write(1);
-            self.txn.put(
-                key,
-                Val::Block {
-                    block,
-                    len: len as u32,
-                    gen,
-                },
-            )
+            self.txn
+                .put(
+                    key,
+                    Val::Block {
+                        block,
+                        len: len as u32,
+                        gen,
+                    },
+                )
+                .map(|_| ())
         }
     }
 

@@ -13,7 +13,7 @@ use iris_media::Media;
 use crate::allocator::Allocator;
 use crate::blocklist::BlockList;
 use crate::error::{Result, StoreError};
-use crate::header::Header;
+use crate::header::{Header, StampMask};
 use crate::key::Key;
 use crate::layout::Layout;
 use crate::node::{Node, NodeBuilder, Val, INNER_SLOT, LEAF_SLOT, MAX_HEIGHT, NODE_HEADER};
@@ -123,8 +123,17 @@ fn extend<'a>(v: Val<'_>) -> Val<'a> {
     }
 }
 
-/// The internal nodes on the way to a leaf, with the slot taken in each.
-type Path = [(Node, u16); MAX_HEIGHT];
+/// One internal node on the way to a leaf: its block, level and the slot taken. (Block numbers,
+/// not node views: the path is copied on every update, and views are cheap to load again.)
+#[derive(Clone, Copy, Default)]
+struct Step {
+    block: u64,
+    level: u16,
+    slot: u16,
+}
+
+/// The internal nodes on the way to a leaf.
+type Path = [Step; MAX_HEIGHT];
 
 /// Where a key is, or would go: the path to its leaf and its slot (`Err` = insert position).
 pub(crate) struct Spot {
@@ -143,6 +152,8 @@ pub(crate) struct Txn<'a> {
     publish_at_root: bool,
     fresh: BlockList<u64, 16>,
     released: BlockList<(u64, u64), 16>,
+    /// Change-stamp buckets of the keys this transaction changed.
+    touched: StampMask,
 }
 
 impl<'a> Txn<'a> {
@@ -155,6 +166,7 @@ impl<'a> Txn<'a> {
             publish_at_root: batch,
             fresh: BlockList::new(),
             released: BlockList::new(),
+            touched: StampMask::default(),
         }
     }
 
@@ -235,15 +247,17 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// Insert or replace `key`.
-    pub fn put(&mut self, key: Key, val: Val<'_>) -> Result<()> {
+    /// Insert or replace `key`; returns whether it replaced a value.
+    pub fn put(&mut self, key: Key, val: Val<'_>) -> Result<bool> {
         let spot = self.locate(key)?;
-        self.put_at(&spot, key, val)
+        self.put_at(&spot, key, val)?;
+        Ok(spot.slot.is_ok())
     }
 
     /// Insert or replace `key` at the spot `locate` found (nothing changed the tree since; the
     /// allocator may have).
     pub fn put_at(&mut self, spot: &Spot, key: Key, val: Val<'_>) -> Result<()> {
+        self.touched.touch(key.hi);
         let Some((path, depth, leaf)) = spot.path.as_ref() else {
             let b = self.alloc()?;
             let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
@@ -367,6 +381,7 @@ impl<'a> Txn<'a> {
         if !self.writable_in_place(&leaf) || words.iter().any(|(off, _)| off + 8 > bytes.len()) {
             return Ok(Some(false));
         }
+        self.touched.touch(leaf.key(i).hi);
         let at = leaf.inline_value_off(i);
         for (off, w) in words {
             self.cx.region.write_u64(at + *off as u64, w.to_le());
@@ -384,6 +399,7 @@ impl<'a> Txn<'a> {
             return Ok(false);
         };
         let old = extend(leaf.value(i)?);
+        self.touched.touch(key.hi);
         let children = if leaf.count == 1 {
             ([(Key::MIN, 0); 2], 0)
         } else {
@@ -403,11 +419,15 @@ impl<'a> Txn<'a> {
     /// Walk from the root to the leaf for `key`, recording (node, slot) on the way.
     fn descend(&self, key: Key) -> Result<(Path, usize, Node)> {
         let mut node = self.cx.load(self.root, None)?;
-        let mut path = [(node, 0u16); MAX_HEIGHT];
+        let mut path = [Step::default(); MAX_HEIGHT];
         let mut depth = 0;
         while !node.is_leaf() {
             let i = node.route(key);
-            path[depth] = (node, i);
+            path[depth] = Step {
+                block: node.block,
+                level: node.level,
+                slot: i,
+            };
             depth += 1;
             node = self.cx.load(node.child(i), Some(node.level - 1))?;
         }
@@ -494,7 +514,8 @@ impl<'a> Txn<'a> {
     /// Replace the child at each level of `path` bottom-up until one store publishes the change.
     fn propagate(&mut self, path: &Path, depth: usize, mut children: Children) -> Result<()> {
         for d in (0..depth).rev() {
-            let (parent, idx) = path[d];
+            let step = path[d];
+            let (parent, idx) = (self.cx.load(step.block, Some(step.level))?, step.slot);
             if children.1 == 1 && self.writable_in_place(&parent) {
                 self.cx
                     .region
@@ -573,6 +594,9 @@ impl<'a> Txn<'a> {
                 .publish_u64(self.cx.header.working_root_off(), self.root);
         }
         self.cx.header.set_dirty(1);
+        // Before any released block can be reused: a cached location of an old value must be
+        // seen stale by then (see Header::change_stamp).
+        self.cx.header.bump_change_stamps(&self.touched);
         let newest_snapshot = self.cx.header.newest_snapshot_generation();
         let released = self.released.take();
         for (block, birth) in released.iter() {
@@ -595,6 +619,7 @@ impl<'a> Txn<'a> {
     /// Undo an unpublished transaction: free what it allocated. Only valid when nothing was
     /// published (batches, or a single operation that failed before its publish).
     pub fn abort(mut self) {
+        self.cx.header.bump_change_stamps(&self.touched);
         for b in self.fresh.take().iter() {
             self.cx.alloc.free_now(b);
         }

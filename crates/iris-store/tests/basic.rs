@@ -547,3 +547,120 @@ fn blocks_filled_outside_the_lock_survive_concurrent_garbage_collection() {
     }
     assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
 }
+
+#[test]
+fn change_stamps_move_with_every_change_of_their_keys() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let hi = |h: u64| Key::new(h, 0);
+    let stamp = |h: u64| s.change_stamp(h);
+    let before = stamp(5);
+    s.put(hi(5), b"inline value 16b").expect("put");
+    let after_put = stamp(5);
+    assert!(after_put > before, "a put moves its stamp");
+    s.put_block(Key::new(5, 1), 4096, |out| out.fill(7))
+        .expect("block");
+    assert!(stamp(5) > after_put, "an out-of-line put moves it");
+    let at = stamp(5);
+    s.patch_with(hi(5), |_, p| p.set(0, 9)).expect("patch");
+    assert!(stamp(5) > at, "a patch moves it");
+    let at = stamp(5);
+    assert!(s.delete(Key::new(5, 1)).expect("delete"));
+    assert!(stamp(5) > at, "a delete moves it");
+    let at = stamp(5);
+    s.apply(&[Op::Put(Key::new(5, 2), b"batched")])
+        .expect("batch");
+    assert!(stamp(5) > at, "a batch moves it");
+    // Reads, commits and a missed delete leave it alone.
+    let at = stamp(5);
+    let mut buf = [0u8; 16];
+    s.get(hi(5), &mut buf).expect("get");
+    s.commit().expect("commit");
+    assert!(!s.delete(Key::new(5, 99)).expect("delete"));
+    assert_eq!(stamp(5), at);
+    // A rollback may change anything: every stamp moves.
+    s.snapshot_create("snap").expect("snapshot");
+    let others: Vec<u64> = (100..164).map(stamp).collect();
+    s.snapshot_rollback("snap").expect("rollback");
+    for (h, was) in (100..164).zip(others) {
+        assert!(stamp(h) > was, "rollback moves the stamp of {h}");
+    }
+}
+
+#[test]
+fn a_located_block_stays_valid_while_its_stamp_holds() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(9, 1);
+    let put = s
+        .put_block_then_patch(
+            key,
+            4096,
+            |out| out.fill(1),
+            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>,
+        )
+        .expect("put");
+    let (stamp, at) = put.located.expect("out of line");
+    assert!(!put.replaced);
+    s.read(|v| {
+        assert_eq!(v.change_stamp(9), stamp, "the stamp returned is current");
+        assert!(matches!(v.get_located(key)?, Some(iris_store::Located::Block(b)) if b == at));
+        assert!(v.block_bytes(at)?.iter().all(|&b| b == 1));
+        Ok(())
+    })
+    .expect("read");
+    let again = s
+        .put_block_then_patch(
+            key,
+            4096,
+            |out| out.fill(2),
+            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>,
+        )
+        .expect("put");
+    assert!(again.replaced);
+    let (stamp2, at2) = again.located.expect("out of line");
+    assert!(stamp2 > stamp, "an overwrite moves the stamp");
+    assert_ne!(at2, at, "copy-on-write: a new block");
+    assert_eq!(
+        iris_store::BlockRef::unpack(at2.pack()),
+        Some(at2),
+        "packing round-trips"
+    );
+}
+
+#[test]
+fn a_patch_is_skipped_only_while_the_stamp_holds() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let (data, meta) = (Key::new(3, 10), Key::new(3, 0));
+    s.put(meta, &[0u8; 16]).expect("meta");
+    let put = |unless: Option<u64>, word: u64| {
+        s.put_block_then_patch(
+            data,
+            4096,
+            |out| out.fill(0),
+            Some(iris_store::ThenPatch {
+                key: meta,
+                unless_unchanged_since: unless,
+                patch: move |_: &[u8], _: bool, p: &mut iris_store::Patch| p.set(0, word),
+            }),
+        )
+        .expect("put")
+    };
+    let meta_word = || {
+        let mut b = [0u8; 16];
+        s.get(meta, &mut b).expect("get");
+        u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
+    };
+    // The key did not exist: the patch runs even when asked to skip.
+    let first = put(Some(s.change_stamp(3)), 1);
+    assert!(first.patched && !first.replaced);
+    assert_eq!(meta_word(), 1);
+    // Replaced, stamp unchanged since the caller looked: skipped.
+    let second = put(Some(s.change_stamp(3)), 2);
+    assert!(!second.patched && second.replaced);
+    assert_eq!(meta_word(), 1);
+    // A stale stamp (something changed since): patched.
+    let stale = s.change_stamp(3);
+    s.put(Key::new(3, 20), b"other").expect("put");
+    let third = put(Some(stale), 3);
+    assert!(third.patched);
+    assert_eq!(meta_word(), 3);
+}

@@ -1,0 +1,357 @@
+//! Lookup caches of one process: inode records and the data-block locations of file blocks,
+//! each tagged with the store's change stamp of its inode (see `iris_store::Store::change_stamp`).
+//! An entry is used only while the stamp still reads the same, so a hit is exactly what a tree
+//! lookup would return, at the cost of a load or two instead of a descent. Any change to the
+//! inode's keys, by any process, moves the stamp and turns its entries into misses.
+//!
+//! Inode records sit in a direct-mapped table of seqlocked slots made of atomic words: many
+//! threads read and fill it without a lock; a slot being filled reads as a miss, and a fill that
+//! finds its slot busy is dropped. Block locations sit in a [`FileCache`] per open inode: one
+//! word per file block, indexed by block number (8 bytes per block, so a file's map stays in the
+//! CPU caches where a hashed table of tagged entries would not).
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use iris_store::BlockRef;
+
+use crate::inode::{Inode, INODE_BYTES};
+
+/// Slots of the inode table (a power of two).
+const INODE_SLOTS: usize = 1 << 9;
+/// Words of an encoded inode record.
+const INODE_WORDS: usize = INODE_BYTES / 8;
+
+/// One seqlocked slot of `N` words. `seq` is odd while a fill is in progress.
+#[repr(align(64))]
+struct Slot<const N: usize> {
+    seq: AtomicU64,
+    words: [AtomicU64; N],
+}
+
+impl<const N: usize> Slot<N> {
+    /// A consistent copy of the words, or `None` if a fill is in progress or raced the read.
+    #[inline]
+    fn read(&self) -> Option<[u64; N]> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let out: [u64; N] = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(out)
+    }
+
+    /// Replace the words, unless another thread is filling the slot.
+    #[inline]
+    fn write(&self, words: &[u64; N]) {
+        let s = self.seq.load(Ordering::Relaxed);
+        if s & 1 != 0
+            || self
+                .seq
+                .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        fence(Ordering::Release);
+        for (w, v) in self.words.iter().zip(words) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        self.seq.store(s + 2, Ordering::Release);
+    }
+}
+
+/// A direct-mapped table of slots, zeroed (every word 0 reads as an empty slot).
+struct Table<const N: usize> {
+    slots: Box<[Slot<N>]>,
+}
+
+impl<const N: usize> Table<N> {
+    fn new(len: usize) -> Self {
+        debug_assert!(len.is_power_of_two());
+        let layout =
+            std::alloc::Layout::array::<Slot<N>>(len).expect("cache tables have constant sizes");
+        // SAFETY: `layout` is non-zero-sized (a slot holds at least the sequence word); zeroed
+        // memory is a valid `Slot<N>` (atomic integers), so the slice may be built over it and
+        // owned by a Box with the same layout (the global allocator's, which Box frees with).
+        let slots = unsafe {
+            let p = std::alloc::alloc_zeroed(layout) as *mut Slot<N>;
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len))
+        };
+        Table { slots }
+    }
+
+    #[inline]
+    fn slot(&self, hash: u64) -> &Slot<N> {
+        &self.slots[(hash as usize) & (self.slots.len() - 1)]
+    }
+}
+
+#[inline]
+fn mix(a: u64, b: u64) -> u64 {
+    let h = a.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    h ^ (h >> 29)
+}
+
+/// The inode-record cache of one `Fs`.
+pub(crate) struct Caches {
+    /// (ino, stamp, record words...).
+    inodes: Table<{ 2 + INODE_WORDS }>,
+}
+
+impl Caches {
+    pub fn new() -> Self {
+        Caches {
+            inodes: Table::new(INODE_SLOTS),
+        }
+    }
+
+    /// The inode record of `ino`, if cached at change stamp `stamp`.
+    #[inline]
+    pub fn inode(&self, ino: u64, stamp: u64) -> Option<Inode> {
+        let w = self.inodes.slot(mix(ino, u64::MAX)).read()?;
+        if w[0] != ino || w[1] != stamp || ino == 0 {
+            return None;
+        }
+        let mut bytes = [0u8; INODE_BYTES];
+        for (chunk, word) in bytes.chunks_exact_mut(8).zip(&w[2..]) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        Inode::decode(ino, &bytes).ok()
+    }
+
+    /// Remember the inode record of `ino`, read at change stamp `stamp`.
+    #[inline]
+    pub fn put_inode(&self, inode: &Inode, stamp: u64) {
+        let bytes = inode.encode();
+        let mut w = [0u64; 2 + INODE_WORDS];
+        w[0] = inode.ino;
+        w[1] = stamp;
+        for (word, chunk) in w[2..].iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            *word = u64::from_le_bytes(b);
+        }
+        self.inodes.slot(mix(inode.ino, u64::MAX)).write(&w);
+    }
+}
+
+/// Bits of an epoch: the local stand-in for a change stamp in map words.
+const EPOCH_BITS: u32 = 9;
+const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
+/// Bits of a packed `BlockRef` kept in a map word (the rest hold the epoch).
+const REF_BITS: u32 = 64 - EPOCH_BITS;
+/// Map words per chunk (allocated on first use): 32 KiB, 16 MiB of file at 4 KiB blocks.
+const CHUNK_WORDS: u64 = 4096;
+/// Chunks per file: blocks past `CHUNKS * CHUNK_WORDS` are not cached (8 GiB at 4 KiB).
+const CHUNKS: usize = 512;
+
+/// The block map of one inode in this process: for each file block, where its data block was
+/// found, tagged with the epoch in force then. `state` maps the inode's current change stamp to
+/// an epoch (a small counter that moves whenever a reader sees the stamp moved), so one word per
+/// block suffices; when the epoch wraps, the map is cleared.
+pub struct FileCache {
+    ino: u64,
+    /// (stamp << EPOCH_BITS) | epoch; 0 before first use.
+    state: AtomicU64,
+    /// Serializes moving to a new epoch (only when the stamp moved).
+    advance: Mutex<()>,
+    chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
+}
+
+impl FileCache {
+    pub(crate) fn new(ino: u64) -> Self {
+        FileCache {
+            ino,
+            state: AtomicU64::new(0),
+            advance: Mutex::new(()),
+            chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The inode this map belongs to.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// The epoch standing for change stamp `stamp`, moving to a new one if the stamp moved;
+    /// `None` if this reader's stamp is older than one already seen (it must not cache).
+    #[inline]
+    pub(crate) fn epoch(&self, stamp: u64) -> Option<u64> {
+        let want = stamp & (u64::MAX >> EPOCH_BITS);
+        let st = self.state.load(Ordering::SeqCst);
+        if st != 0 && st >> EPOCH_BITS == want {
+            return Some(st & EPOCH_MASK);
+        }
+        self.advance_to(want)
+    }
+
+    #[cold]
+    fn advance_to(&self, want: u64) -> Option<u64> {
+        let _g = self.advance.lock().ok()?;
+        let st = self.state.load(Ordering::SeqCst);
+        if st != 0 && st >> EPOCH_BITS >= want {
+            return (st >> EPOCH_BITS == want).then_some(st & EPOCH_MASK);
+        }
+        let mut epoch = (st & EPOCH_MASK) + 1;
+        if epoch > EPOCH_MASK {
+            // Wrapped: words of old epochs would read as current ones. Retire the state first,
+            // so a fill racing the clear sees it moved and undoes itself (see `put`).
+            self.state.store(0, Ordering::SeqCst);
+            for chunk in self.chunks.iter().filter_map(OnceLock::get) {
+                for w in chunk.iter() {
+                    w.store(0, Ordering::SeqCst);
+                }
+            }
+            epoch = 1;
+        }
+        self.state
+            .store((want << EPOCH_BITS) | epoch, Ordering::SeqCst);
+        Some(epoch)
+    }
+
+    /// Where file block `block` lives, if known in `epoch`.
+    #[inline]
+    pub(crate) fn get(&self, block: u64, epoch: u64) -> Option<BlockRef> {
+        let chunk = self.chunks.get((block / CHUNK_WORDS) as usize)?.get()?;
+        let w = chunk[(block % CHUNK_WORDS) as usize].load(Ordering::Acquire);
+        if w & EPOCH_MASK == epoch {
+            BlockRef::unpack(w >> EPOCH_BITS)
+        } else {
+            None
+        }
+    }
+
+    /// Remember where file block `block` lives, found by a lookup made in `epoch`.
+    pub(crate) fn put(&self, block: u64, epoch: u64, at: BlockRef) {
+        let packed = at.pack();
+        if packed >> REF_BITS != 0 {
+            return; // a block number too large to pack beside the epoch
+        }
+        let Some(cell) = self.chunks.get((block / CHUNK_WORDS) as usize) else {
+            return;
+        };
+        let chunk = cell.get_or_init(|| (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let slot = &chunk[(block % CHUNK_WORDS) as usize];
+        let w = (packed << EPOCH_BITS) | epoch;
+        slot.store(w, Ordering::SeqCst);
+        if self.state.load(Ordering::SeqCst) & EPOCH_MASK != epoch {
+            // The epoch moved (perhaps wrapped and cleared) while this fill ran: take it back.
+            let _ = slot.compare_exchange(w, 0, Ordering::SeqCst, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inode(ino: u64, size: u64) -> Inode {
+        Inode {
+            ino,
+            mode: libc::S_IFREG | 0o644,
+            nlink: 1,
+            size,
+            mtime_ns: 17,
+            ..Inode::default()
+        }
+    }
+
+    fn at(block: u64) -> BlockRef {
+        BlockRef::unpack(block << 17 | 4096).expect("non-zero")
+    }
+
+    #[test]
+    fn a_block_hits_only_in_the_epoch_of_its_stamp() {
+        let c = FileCache::new(7);
+        let e = c.epoch(10).expect("first epoch");
+        assert_eq!(c.get(3, e), None);
+        c.put(3, e, at(12345));
+        assert_eq!(c.get(3, e), Some(at(12345)));
+        assert_eq!(c.epoch(10), Some(e), "same stamp, same epoch");
+        let e2 = c.epoch(11).expect("next epoch");
+        assert_ne!(e, e2);
+        assert_eq!(c.get(3, e2), None, "a moved stamp is a miss");
+        assert_eq!(c.epoch(10), None, "an older stamp than seen does not cache");
+        assert_eq!(c.get(4, e2), None);
+        // Far blocks are simply not cached.
+        let far = CHUNK_WORDS * CHUNKS as u64 + 1;
+        c.put(far, e2, at(1));
+        assert_eq!(c.get(far, e2), None);
+    }
+
+    #[test]
+    fn epochs_wrap_by_clearing_the_map() {
+        let c = FileCache::new(1);
+        let e = c.epoch(1).expect("epoch");
+        c.put(0, e, at(99));
+        let mut stamp = 1;
+        // Walk the epoch all the way round to the same number.
+        loop {
+            stamp += 1;
+            let now = c.epoch(stamp).expect("epoch");
+            if now == e {
+                break;
+            }
+            assert!(stamp < 2 * EPOCH_MASK + 4, "epoch never came back");
+        }
+        assert_eq!(
+            c.get(0, e),
+            None,
+            "a word from the previous round is not current"
+        );
+    }
+
+    #[test]
+    fn an_inode_hits_only_at_its_stamp() {
+        let c = Caches::new();
+        c.put_inode(&inode(7, 99), 5);
+        assert_eq!(c.inode(7, 5), Some(inode(7, 99)));
+        assert_eq!(c.inode(7, 6), None);
+        assert_eq!(c.inode(8, 5), None);
+    }
+
+    #[test]
+    fn a_slot_being_filled_reads_as_a_miss() {
+        let c = Caches::new();
+        c.put_inode(&inode(1, 1), 1);
+        let slot = c.inodes.slot(mix(1, u64::MAX));
+        let s = slot.seq.load(Ordering::Relaxed);
+        slot.seq.store(s + 1, Ordering::Relaxed);
+        assert_eq!(c.inode(1, 1), None);
+        // A fill that finds the slot busy is dropped.
+        c.put_inode(&inode(1, 2), 2);
+        slot.seq.store(s, Ordering::Relaxed);
+        assert_eq!(c.inode(1, 2), None);
+        assert_eq!(c.inode(1, 1), Some(inode(1, 1)));
+    }
+
+    #[test]
+    fn concurrent_fills_never_mix_records() {
+        let c = std::sync::Arc::new(Caches::new());
+        let threads: Vec<_> = (0..2u64)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for i in 0..100_000u64 {
+                        // Both threads fill the same slot with self-consistent records.
+                        let v = t * 1_000_000 + i + 1;
+                        c.put_inode(&inode(1, v), v);
+                        for s in [v, v.wrapping_sub(1)] {
+                            if let Some(got) = c.inode(1, s) {
+                                assert_eq!(got.size, s, "record from another fill");
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+    }
+}
