@@ -796,3 +796,25 @@ fn fsck_reports_file_system_damage() {
     assert!(err.contains("link count 7 but 2 expected"), "{err}");
     std::fs::remove_file(&vol).ok();
 }
+
+#[test]
+fn run_refuses_a_volume_it_cannot_open_before_starting_the_command() {
+    let s = Scratch::new("runbad");
+    std::fs::write(&s.vol, vec![0x5au8; 1 << 20]).expect("write");
+    let marker = s.host("ran");
+    let script = format!("touch {}", path_str(&marker));
+    let run = iris([
+        OsStr::new("run"),
+        OsStr::new("--volume"),
+        s.vol.as_os_str(),
+        OsStr::new("--"),
+        OsStr::new("sh"),
+        OsStr::new("-c"),
+        OsStr::new(&script),
+    ]);
+    run.assert_refused(1, "not an Iris volume");
+    assert!(
+        !marker.exists(),
+        "the command ran on a volume Iris cannot open"
+    );
+}

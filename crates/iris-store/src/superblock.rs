@@ -122,7 +122,10 @@ impl Superblock {
         }
         let version = le32(b, 8);
         if version != FORMAT_VERSION {
-            return Err(bad(&format!("unknown format version {version}")));
+            return Err(bad(&format!(
+                "format version {version}, this build reads version {FORMAT_VERSION} \
+                 (re-create the volume with `iris mkfs --force`)"
+            )));
         }
         if crc32c::crc32c(&b[..CHECKSUM_OFF]) != le32(b, CHECKSUM_OFF) {
             return Err(bad("checksum mismatch"));

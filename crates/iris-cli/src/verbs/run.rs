@@ -46,6 +46,9 @@ pub fn run(args: RunArgs) -> Outcome {
             ..CreateOptions::default()
         };
         create_volume(&volume, &opts)?;
+    } else {
+        // Refuse here, on one line, what the interposer could only refuse call by call.
+        drop(crate::volume::open_fs(&volume)?);
     }
     let lib = preload_library()
         .ok_or("cannot find libiris_preload.so next to the iris binary (set IRIS_PRELOAD)")?;
