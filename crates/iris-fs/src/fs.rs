@@ -850,7 +850,7 @@ impl Fs {
                     .put_block_then_patch(
                         key(ino, Kind::Data, first),
                         data.len(),
-                        |out| out.copy_from_slice(data),
+                        |out| iris_store::copy_streaming(out, data),
                         Some(ThenPatch {
                             key: key(ino, Kind::Inode, 0),
                             unless_unchanged_since: unchanged.then_some(stamp),

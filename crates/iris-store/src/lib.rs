@@ -18,6 +18,7 @@ mod readers;
 mod recovery;
 mod region;
 mod store;
+mod stream;
 mod superblock;
 mod tree;
 mod volume_lock;
@@ -29,4 +30,5 @@ pub use store::{
     kernel_boot_id, BlockPut, BlockRef, CreateOptions, Located, Op, OpenOptions, Patch,
     SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View,
 };
+pub use stream::copy_streaming;
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};
