@@ -9,7 +9,7 @@ pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_streaming: lengths differ");
     #[cfg(target_arch = "x86_64")]
     {
-        if dst.as_ptr() as usize % 16 == 0 && dst.len() % 64 == 0 {
+        if (dst.as_ptr() as usize).is_multiple_of(16) && dst.len().is_multiple_of(64) {
             // SAFETY: SSE2 is part of x86_64; both slices are valid for `len` bytes, `dst` is
             // 16-byte aligned (checked) and the lengths are a multiple of 64 (checked).
             unsafe { stream_sse2(dst.as_mut_ptr(), src.as_ptr(), dst.len()) };
