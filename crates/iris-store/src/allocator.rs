@@ -11,7 +11,9 @@
 use iris_media::Media;
 
 use crate::error::{Result, StoreError};
-use crate::header::Header;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::header::{Header, HeaderWord, PARTITIONS};
 use crate::layout::{Layout, SUMMARY_SPAN_BLOCKS};
 use crate::readers::Readers;
 use crate::region::Region;
@@ -19,13 +21,27 @@ use crate::region::Region;
 /// Bytes the volume grows by at least, when it runs out of blocks.
 const GROW_STEP_BYTES: u64 = 16 << 20;
 
-/// Allocation over the bitmaps of one volume. Callers hold the volume lock.
+/// Allocation over the bitmaps of one volume. Every bitmap word changes by one atomic
+/// read-modify-write, so writers holding the locks of different partitions allocate and free at
+/// once; each partition allocates first from its own share of the bitmap (every
+/// `PARTITIONS`-th cache line of it), so they seldom touch the same words.
 #[derive(Clone, Copy)]
 pub(crate) struct Allocator {
     region: Region,
     layout: Layout,
     header: Header,
     readers: Readers,
+}
+
+/// Bitmap words per cache line: the unit of a partition's share.
+const LINE_WORDS: u64 = 8;
+/// Lines of its share a partition walks before it falls back to the whole bitmap.
+const SHARE_WALK_LINES: u64 = 64;
+
+/// The partition whose share holds bitmap word `w`.
+#[inline]
+fn share_of(w: u64) -> u64 {
+    (w / LINE_WORDS) % PARTITIONS
 }
 
 impl Allocator {
@@ -44,14 +60,15 @@ impl Allocator {
     }
 
     /// A block the working tree stopped referencing, which readers may still be reading: free it
-    /// after the next grace period.
-    pub fn release(&self, b: u64) {
-        if self.readers.park(b) {
-            self.drain();
+    /// after the next grace period. `p` is the partition whose lock the caller holds.
+    pub fn release(&self, p: u64, b: u64) {
+        if self.readers.park(p, b) {
+            self.drain(p);
         }
     }
 
-    /// Free the blocks of writers that died between allocating and publishing them.
+    /// Free the blocks of writers that died between allocating and publishing them (caller holds
+    /// every lock).
     pub fn reap_dead_writers(&self) {
         for b in self.readers.reap_dead() {
             if self.is_used(b) {
@@ -60,84 +77,172 @@ impl Allocator {
         }
     }
 
-    /// Wait out the readers, then free every parked block.
-    pub fn drain(&self) {
-        if self.readers.parked() == 0 {
+    /// Wait out the readers, then free every block parked in partition `p`'s limbo.
+    pub fn drain(&self, p: u64) {
+        if self.readers.parked_in(p) == 0 {
             return;
         }
         self.readers.grace_period();
         let mut parked = Vec::with_capacity(crate::readers::LIMBO_CAPACITY as usize);
-        self.readers.take_parked(&mut parked);
+        self.readers.take_parked(p, &mut parked);
+        for b in parked {
+            self.free_now(b);
+        }
+    }
+
+    /// Drain every partition's limbo after one grace period (caller holds every lock).
+    pub fn drain_all(&self) {
+        if self.readers.parked() == 0 {
+            return;
+        }
+        self.readers.grace_period();
+        let mut parked = Vec::new();
+        for p in 0..PARTITIONS {
+            self.readers.take_parked(p, &mut parked);
+        }
         for b in parked {
             self.free_now(b);
         }
     }
 
     #[inline]
-    fn w_word_off(&self, word: u64) -> u64 {
-        self.layout.w_off + word * 8
+    fn w_word(&self, word: u64) -> &AtomicU64 {
+        self.region.atomic_u64(self.layout.w_off + word * 8)
     }
 
     #[inline]
-    fn p_word_off(&self, word: u64) -> u64 {
-        self.layout.p_off + word * 8
+    fn p_word(&self, word: u64) -> &AtomicU64 {
+        self.region.atomic_u64(self.layout.p_off + word * 8)
+    }
+
+    #[inline]
+    fn summary_word(&self, sw: u64) -> &AtomicU64 {
+        self.region.atomic_u64(self.layout.summary_off + sw * 8)
     }
 
     /// Whether block `b` is set in W.
     pub fn is_used(&self, b: u64) -> bool {
         b < self.layout.max_blocks
-            && self.region.read_u64(self.w_word_off(b / 64)) & (1 << (b % 64)) != 0
+            && self.w_word(b / 64).load(Ordering::Acquire) & (1 << (b % 64)) != 0
     }
 
     /// Whether block `b` waits in P for the next commit.
     pub fn is_pending(&self, b: u64) -> bool {
         b < self.layout.max_blocks
-            && self.region.read_u64(self.p_word_off(b / 64)) & (1 << (b % 64)) != 0
+            && self.p_word(b / 64).load(Ordering::Acquire) & (1 << (b % 64)) != 0
     }
 
-    /// Allocate one block, growing the volume if it is full. Fails with `NoSpace` at the limit.
-    pub fn alloc(&self, media: &dyn Media) -> Result<u64> {
-        if let Some(b) = self.scan() {
+    /// Allocate one block for partition `p`, draining limbos and growing the volume if it is
+    /// full (caller holds every lock). Fails with `NoSpace` at the limit.
+    pub fn alloc(&self, p: u64, media: &dyn Media) -> Result<u64> {
+        if let Some(b) = self.scan(p) {
             return Ok(b);
         }
         if self.readers.parked() > 0 {
-            self.drain();
-            if let Some(b) = self.scan() {
+            self.drain_all();
+            if let Some(b) = self.scan(p) {
                 return Ok(b);
             }
         }
         self.grow(media)?;
-        self.scan().ok_or(StoreError::NoSpace)
+        self.scan(p).ok_or(StoreError::NoSpace)
     }
 
-    /// Next-fit search from the hint, wrapping once.
-    fn scan(&self) -> Option<u64> {
+    /// Allocate one block holding only partition `p`'s lock: no growth, only `p`'s limbo
+    /// drained. `None` when the caller must retry holding every lock.
+    pub fn alloc_in(&self, p: u64) -> Option<u64> {
+        if let Some(b) = self.scan(p) {
+            return Some(b);
+        }
+        if self.readers.parked_in(p) > 0 {
+            self.drain(p);
+            return self.scan(p);
+        }
+        None
+    }
+
+    /// Next-fit search for partition `p`: a bounded walk of its own share from its cursor, then
+    /// the whole bitmap from the shared cursor. A partition whose walk found nothing parks its
+    /// cursor at `u64::MAX` (its share is full) until a free in its share lowers it again, so a
+    /// full share costs one bounded walk, not one per allocation.
+    fn scan(&self, p: u64) -> Option<u64> {
         let backed = self.header.backed_blocks().min(self.layout.max_blocks);
         let first_word = self.layout.data_start / 64;
         let end_word = backed.div_ceil(64);
-        let hint = self
-            .header
-            .alloc_hint()
-            .clamp(first_word, end_word.max(first_word + 1) - 1);
+        if end_word <= first_word {
+            return None;
+        }
+        let cursor = self.header.part_hint(p);
+        let hint = cursor.load(Ordering::Relaxed);
+        if hint != u64::MAX {
+            let (first_line, end_line) = (first_word / LINE_WORDS, end_word.div_ceil(LINE_WORDS));
+            let lines = end_line - first_line;
+            let start = hint.clamp(first_word, end_word - 1);
+            // The share's lines from the cursor's, wrapping within the backed volume.
+            let mut line = start / LINE_WORDS;
+            line += (p + PARTITIONS - share_of(line * LINE_WORDS)) % PARTITIONS;
+            for k in 0..SHARE_WALK_LINES.min(lines.div_ceil(PARTITIONS)) {
+                let mut l = line + k * PARTITIONS;
+                if l >= end_line {
+                    l = first_line + (l - first_line) % lines;
+                    l += (p + PARTITIONS - share_of(l * LINE_WORDS)) % PARTITIONS;
+                }
+                let from = if k == 0 {
+                    start.max(l * LINE_WORDS)
+                } else {
+                    l * LINE_WORDS
+                };
+                for word in from..((l + 1) * LINE_WORDS).min(end_word) {
+                    if let Some(b) = self.take_bit(word, backed) {
+                        cursor.store(word, Ordering::Relaxed);
+                        return Some(b);
+                    }
+                }
+            }
+            cursor.store(u64::MAX, Ordering::Relaxed);
+        }
+        let shared = self.header.shared_hint();
+        let hint = shared
+            .load(Ordering::Relaxed)
+            .clamp(first_word, end_word - 1);
         for word in (hint..end_word).chain(first_word..hint) {
-            let off = self.w_word_off(word);
-            let bits = self.region.read_u64(off);
+            if let Some(b) = self.take_bit(word, backed) {
+                shared.store(word, Ordering::Relaxed);
+                return Some(b);
+            }
+        }
+        None
+    }
+
+    /// Claim a clear bit of word `word` below `backed`, if it has one.
+    #[inline]
+    fn take_bit(&self, word: u64, backed: u64) -> Option<u64> {
+        let w = self.w_word(word);
+        let mut bits = w.load(Ordering::Acquire);
+        loop {
             if bits == u64::MAX {
-                continue;
+                return None;
             }
             let bit = u64::from((!bits).trailing_zeros());
             let b = word * 64 + bit;
             if b >= backed || b < self.layout.data_start {
                 // Only the first and last words can hold out-of-range bits; metadata bits are
                 // preset, so this is the tail of the volume.
-                continue;
+                return None;
             }
-            self.region.write_u64(off, bits | (1 << bit));
-            self.header.add_used(1);
-            self.header.set_alloc_hint(word);
-            return Some(b);
+            match w.compare_exchange_weak(
+                bits,
+                bits | (1 << bit),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.header.add_used(1);
+                    return Some(b);
+                }
+                Err(now) => bits = now,
+            }
         }
-        None
     }
 
     fn grow(&self, media: &dyn Media) -> Result<()> {
@@ -152,22 +257,24 @@ impl Allocator {
         Ok(())
     }
 
-    /// Return `b` to the free space now (it was never committed).
+    /// Return `b` to the free space now (nothing committed or published still reaches it).
     pub fn free_now(&self, b: u64) {
         debug_assert!(
             b >= self.layout.data_start && self.is_used(b),
             "double free of {b}"
         );
-        let off = self.w_word_off(b / 64);
-        let bits = self.region.read_u64(off);
-        if bits & (1 << (b % 64)) != 0 {
-            self.region.write_u64(off, bits & !(1 << (b % 64)));
+        let word = b / 64;
+        let prev = self
+            .w_word(word)
+            .fetch_and(!(1 << (b % 64)), Ordering::AcqRel);
+        if prev & (1 << (b % 64)) != 0 {
             self.header.add_used(-1);
             // Reuse freed blocks before untouched ones: their pages are already backed and
             // likely cached, where a never-used page of a sparse volume costs a zero-fill fault.
-            if b / 64 < self.header.alloc_hint() {
-                self.header.set_alloc_hint(b / 64);
-            }
+            self.header
+                .part_hint(share_of(word))
+                .fetch_min(word, Ordering::Relaxed);
+            self.header.shared_hint().fetch_min(word, Ordering::Relaxed);
         }
     }
 
@@ -175,59 +282,55 @@ impl Allocator {
     pub fn defer_free(&self, b: u64) {
         debug_assert!(b >= self.layout.data_start && self.is_used(b));
         let word = b / 64;
-        let off = self.p_word_off(word);
-        let bits = self.region.read_u64(off);
-        if bits & (1 << (b % 64)) != 0 {
+        let prev = self.p_word(word).fetch_or(1 << (b % 64), Ordering::AcqRel);
+        if prev & (1 << (b % 64)) != 0 {
             return;
         }
-        self.region.write_u64(off, bits | (1 << (b % 64)));
         // One summary bit per P word; remember which summary words to visit at commit.
         let sw = word / 64;
-        if sw < self.header.pending_lo() {
-            self.header.set_pending_lo(sw);
-        }
-        if sw > self.header.pending_hi() {
-            self.header.set_pending_hi(sw);
-        }
-        let soff = self.layout.summary_off + sw * 8;
-        let sbits = self.region.read_u64(soff);
-        self.region.write_u64(soff, sbits | (1 << (word % 64)));
         self.header
-            .set_pending_blocks(self.header.pending_blocks() + 1);
+            .word(HeaderWord::Lo)
+            .fetch_min(sw, Ordering::AcqRel);
+        self.header
+            .word(HeaderWord::Hi)
+            .fetch_max(sw, Ordering::AcqRel);
+        self.summary_word(sw)
+            .fetch_or(1 << (word % 64), Ordering::AcqRel);
+        self.header
+            .word(HeaderWord::Blocks)
+            .fetch_add(1, Ordering::AcqRel);
     }
 
-    /// After a durable commit: every pending block becomes free (W &= !P, P = 0).
+    /// After a durable commit: every pending block becomes free (W &= !P, P = 0). Caller holds
+    /// every lock.
     pub fn apply_pending(&self) {
         // Readers that loaded the previous working tree may still be inside these blocks.
         self.readers.grace_period();
-        self.drain();
+        self.drain_all();
         let summary_words = self.layout.summary_bytes / 8;
         let (lo, hi) = (self.header.pending_lo(), self.header.pending_hi());
         for sw in (lo..=hi.min(summary_words.saturating_sub(1))).filter(|_| lo <= hi) {
-            let soff = self.layout.summary_off + sw * 8;
-            let mut sbits = self.region.read_u64(soff);
+            let mut sbits = self.summary_word(sw).load(Ordering::Acquire);
             while sbits != 0 {
                 let bit = u64::from(sbits.trailing_zeros());
                 sbits &= sbits - 1;
                 let w = sw * 64 + bit;
                 debug_assert!(w * SUMMARY_SPAN_BLOCKS < self.layout.max_blocks);
-                {
-                    let p = self.region.read_u64(self.p_word_off(w));
-                    if p == 0 {
-                        continue;
-                    }
-                    let woff = self.w_word_off(w);
-                    let bits = self.region.read_u64(woff);
-                    let freed = bits & p;
-                    self.region.write_u64(woff, bits & !p);
-                    self.header.add_used(-i64::from(freed.count_ones()));
-                    if freed != 0 && w < self.header.alloc_hint() {
-                        self.header.set_alloc_hint(w);
-                    }
-                    self.region.write_u64(self.p_word_off(w), 0);
+                let p = self.p_word(w).load(Ordering::Acquire);
+                if p == 0 {
+                    continue;
                 }
+                let freed = self.w_word(w).fetch_and(!p, Ordering::AcqRel) & p;
+                self.header.add_used(-i64::from(freed.count_ones()));
+                if freed != 0 {
+                    self.header
+                        .part_hint(share_of(w))
+                        .fetch_min(w, Ordering::Relaxed);
+                    self.header.shared_hint().fetch_min(w, Ordering::Relaxed);
+                }
+                self.p_word(w).store(0, Ordering::Release);
             }
-            self.region.write_u64(soff, 0);
+            self.summary_word(sw).store(0, Ordering::Release);
         }
         // Reset the range last: a writer killed above leaves it covering what is left.
         self.header.set_pending_lo(u64::MAX);
@@ -251,14 +354,31 @@ impl Allocator {
         self.header.set_pending_blocks(0);
         self.header.set_pending_lo(u64::MAX);
         self.header.set_pending_hi(0);
-        self.header.set_alloc_hint(l.data_start / 64);
+        self.header
+            .shared_hint()
+            .store(l.data_start / 64, Ordering::Relaxed);
+        // Partitions start allocating at evenly spaced points of the backed volume.
+        let first = l.data_start / 64;
+        let end = self
+            .header
+            .backed_blocks()
+            .min(l.max_blocks)
+            .div_ceil(64)
+            .max(first + 1);
+        for p in 0..PARTITIONS {
+            let at = first + (end - first) * p / PARTITIONS;
+            // The first word of partition p's share at or after `at`.
+            let line = (at / LINE_WORDS).next_multiple_of(PARTITIONS) + p;
+            self.header
+                .part_hint(p)
+                .store((line * LINE_WORDS).max(first), Ordering::Relaxed);
+        }
     }
 
     /// Set `b` in W without counting (recovery marks, then recounts).
     pub fn set_used(&self, b: u64) {
-        let off = self.w_word_off(b / 64);
-        let bits = self.region.read_u64(off);
-        self.region.write_u64(off, bits | (1 << (b % 64)));
+        self.w_word(b / 64)
+            .fetch_or(1 << (b % 64), Ordering::AcqRel);
     }
 
     /// OR `marks` into W (recovery: every block a committed tree reaches is in use).
@@ -267,8 +387,7 @@ impl Allocator {
         for w in 0..words {
             let m = marks[w as usize];
             if m != 0 {
-                let off = self.w_word_off(w);
-                self.region.write_u64(off, self.region.read_u64(off) | m);
+                self.w_word(w).fetch_or(m, Ordering::AcqRel);
             }
         }
     }
@@ -277,7 +396,7 @@ impl Allocator {
     pub fn count_used(&self) -> u64 {
         let words = self.layout.bitmap_bytes / 8;
         (0..words)
-            .map(|w| u64::from(self.region.read_u64(self.w_word_off(w)).count_ones()))
+            .map(|w| u64::from(self.w_word(w).load(Ordering::Acquire).count_ones()))
             .sum()
     }
 
@@ -287,13 +406,14 @@ impl Allocator {
         self.readers.grace_period();
         // Parked blocks are unreachable: the sweep frees them, so forget them here.
         let mut parked = Vec::new();
-        self.readers.take_parked(&mut parked);
+        for p in 0..PARTITIONS {
+            self.readers.take_parked(p, &mut parked);
+        }
         let mut freed = 0u64;
         let mut unpended = 0u64;
         let words = (self.layout.bitmap_bytes / 8).min(keep.len() as u64);
         for w in 0..words {
-            let woff = self.w_word_off(w);
-            let bits = self.region.read_u64(woff);
+            let bits = self.w_word(w).load(Ordering::Acquire);
             let mut k = keep[w as usize];
             if w == 0 || w * 64 < self.layout.data_start {
                 // Metadata blocks are always kept.
@@ -303,14 +423,10 @@ impl Allocator {
             }
             let drop = bits & !k;
             if drop != 0 {
-                self.region.write_u64(woff, bits & !drop);
+                self.w_word(w).fetch_and(!drop, Ordering::AcqRel);
                 freed += u64::from(drop.count_ones());
-                let poff = self.p_word_off(w);
-                let p = self.region.read_u64(poff);
-                if p & drop != 0 {
-                    unpended += u64::from((p & drop).count_ones());
-                    self.region.write_u64(poff, p & !drop);
-                }
+                let p = self.p_word(w).fetch_and(!drop, Ordering::AcqRel);
+                unpended += u64::from((p & drop).count_ones());
             }
         }
         self.header.add_used(-(freed as i64));

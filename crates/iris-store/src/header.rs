@@ -22,6 +22,7 @@ const COMMITTED_GEN: u64 = 40;
 const COMMITTED_ROOT: u64 = 48;
 const BACKED_BLOCKS: u64 = 56;
 const USED_BLOCKS: u64 = 64;
+/// The allocation cursor of the whole bitmap (partitions have their own, see `part_hint`).
 const ALLOC_HINT: u64 = 72;
 const COMMITS: u64 = 80;
 const BYTES_PERSISTED: u64 = 88;
@@ -33,24 +34,50 @@ const PENDING_BLOCKS: u64 = 128;
 const COMMITTED_SLOT: u64 = 136;
 const SNAP_COUNT: u64 = 144;
 const SNAP_TABLE: u64 = 152;
-/// The process-shared mutex (pthread_mutex_t, 40 bytes on x86-64 and AArch64 glibc).
-pub(crate) const MUTEX: u64 = 576;
-pub(crate) const MUTEX_BYTES: u64 = 64;
+/// End of the snapshot table (576..640 held the single volume lock before format 3).
+const SNAP_TABLE_END: u64 = 576;
 const VOLUME_ID: u64 = 640;
 /// Range of pending-free summary words touched since the last commit (lo, hi inclusive).
 const PENDING_LO: u64 = 672;
 const PENDING_HI: u64 = 680;
 
-const _: () = assert!(SNAP_TABLE + (MAX_SNAPSHOTS * SNAP_ENTRY_BYTES) as u64 <= MUTEX);
-const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() as u64 <= MUTEX_BYTES);
+const _: () = assert!(SNAP_TABLE + (MAX_SNAPSHOTS * SNAP_ENTRY_BYTES) as u64 <= SNAP_TABLE_END);
 const _: () = assert!(VOLUME_ID + 8 <= crate::readers::EPOCH_OFF);
 const _: () = assert!(PENDING_HI + 8 <= crate::readers::LIMBO_OFF);
+/// Set when a partition lock's holder died and the repair (which needs every lock) is due.
+const REPAIR_NEEDED: u64 = 688;
 /// Change stamps: one counter per bucket of key high words (see [`Header::change_stamp`]).
 const CHANGE_STAMPS: u64 = 4096;
+/// Writer partitions: keys are spread over them by high word; each has its own lock, so writers
+/// of different inodes do not wait for each other on the common path (see `Store`).
+pub(crate) const PARTITIONS: u64 = 8;
+/// One cache line per partition: its lock (a pthread mutex), its allocation cursor, its limbo count.
+const PARTITION_LINES: u64 = 6144;
+const PARTITION_LINE: u64 = 64;
+const PART_HINT: u64 = 48;
+/// Offset of partition `p`'s limbo count inside the header (see `readers`).
+pub(crate) const fn limbo_count_off(p: u64) -> u64 {
+    PARTITION_LINES + p * PARTITION_LINE + 56
+}
+/// Partition limbo lists follow.
+pub(crate) const LIMBO_LISTS: u64 = 8192;
 /// Buckets of change stamps (a power of two).
 pub(crate) const STAMP_BUCKETS: u64 = 256;
 const _: () = assert!(crate::readers::END_OFF <= CHANGE_STAMPS);
-const _: () = assert!(CHANGE_STAMPS + STAMP_BUCKETS * 8 <= crate::layout::HEADER_BYTES);
+const _: () = assert!(CHANGE_STAMPS + STAMP_BUCKETS * 8 <= PARTITION_LINES);
+const _: () = assert!(PARTITION_LINES + PARTITIONS * PARTITION_LINE <= LIMBO_LISTS);
+const _: () = assert!(
+    LIMBO_LISTS + PARTITIONS * crate::readers::LIMBO_CAPACITY * 8 <= crate::layout::HEADER_BYTES
+);
+const _: () = assert!(PART_HINT >= MUTEX_BYTES_USED);
+/// Bytes of a pthread mutex (40 on x86-64 and AArch64 glibc), below the line's other words.
+const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u64;
+
+/// The writer partition of keys whose high word is `hi`.
+#[inline]
+pub(crate) fn partition_of(hi: u64) -> u64 {
+    stamp_bucket(hi) % PARTITIONS
+}
 
 /// The change-stamp buckets an operation touched (one bit per bucket).
 #[derive(Clone, Copy, Default, Debug)]
@@ -69,6 +96,17 @@ impl StampMask {
 #[inline]
 pub(crate) fn stamp_bucket(hi: u64) -> u64 {
     hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - STAMP_BUCKETS.trailing_zeros())
+}
+
+/// Header words updated with atomic read-modify-write by writers of different partitions.
+#[derive(Clone, Copy)]
+pub(crate) enum HeaderWord {
+    /// Lowest summary word with pending frees.
+    Lo,
+    /// Highest summary word with pending frees.
+    Hi,
+    /// Blocks waiting for the next commit.
+    Blocks,
 }
 
 /// Typed access to the header fields.
@@ -110,7 +148,6 @@ impl Header {
     field!(committed_root, set_committed_root, COMMITTED_ROOT);
     field!(backed_blocks, set_backed_blocks, BACKED_BLOCKS);
     field!(used_blocks, set_used_blocks, USED_BLOCKS);
-    field!(alloc_hint, set_alloc_hint, ALLOC_HINT);
     field!(commits, set_commits, COMMITS);
     field!(bytes_persisted, set_bytes_persisted, BYTES_PERSISTED);
     field!(snapshot_held, set_snapshot_held, SNAPSHOT_HELD);
@@ -223,8 +260,58 @@ impl Header {
         }
     }
 
-    /// Pointer to the mutex memory.
-    pub fn mutex_ptr(&self) -> *mut libc::pthread_mutex_t {
-        self.region.ptr(self.off + MUTEX, MUTEX_BYTES) as *mut libc::pthread_mutex_t
+    /// Pointer to the lock of writer partition `p`.
+    pub fn mutex_ptr(&self, p: u64) -> *mut libc::pthread_mutex_t {
+        self.region.ptr(
+            self.off + PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE,
+            MUTEX_BYTES_USED,
+        ) as *mut libc::pthread_mutex_t
+    }
+
+    /// Partition `p`'s allocation cursor (a word index of the working bitmap).
+    #[inline]
+    pub fn part_hint(&self, p: u64) -> &std::sync::atomic::AtomicU64 {
+        self.region
+            .atomic_u64(self.off + PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE + PART_HINT)
+    }
+
+    /// The shared allocation cursor (a word index of the working bitmap).
+    #[inline]
+    pub fn shared_hint(&self) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(self.off + ALLOC_HINT)
+    }
+
+    /// Whether a lock holder died and the repair that needs every lock is still due.
+    pub fn repair_needed(&self) -> bool {
+        self.region
+            .atomic_u64(self.off + REPAIR_NEEDED)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// Note (or clear) that the repair is due.
+    pub fn set_repair_needed(&self, on: bool) {
+        self.region
+            .atomic_u64(self.off + REPAIR_NEEDED)
+            .store(u64::from(on), Ordering::Release);
+    }
+
+    /// Add to the blocks held only by snapshots, atomically (writers of several partitions).
+    pub fn add_snapshot_held(&self, n: u64) {
+        self.region
+            .atomic_u64(self.off + SNAPSHOT_HELD)
+            .fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Atomic view of a header word (for the pending-free range and count).
+    pub fn word(&self, off: HeaderWord) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(
+            self.off
+                + match off {
+                    HeaderWord::Lo => PENDING_LO,
+                    HeaderWord::Hi => PENDING_HI,
+                    HeaderWord::Blocks => PENDING_BLOCKS,
+                },
+        )
     }
 }

@@ -13,7 +13,16 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
+use crate::header::{limbo_count_off, LIMBO_LISTS, PARTITIONS};
 use crate::region::Region;
+
+/// An in-flight slot's owner while it is being claimed.
+const CLAIMING: u64 = 1;
+
+/// Offset of entry `i` of partition `p`'s limbo list inside the header.
+const fn limbo_entry_off(p: u64, i: u64) -> u64 {
+    LIMBO_LISTS + (p * LIMBO_CAPACITY + i) * 8
+}
 
 /// Reader slots in the table (readers beyond this many at once take the volume lock instead).
 pub(crate) const READER_SLOTS: u64 = 32;
@@ -24,13 +33,12 @@ pub(crate) const LIMBO_CAPACITY: u64 = 64;
 
 /// Offsets of the reader machinery inside the working header.
 pub(crate) const EPOCH_OFF: u64 = 656;
-pub(crate) const LIMBO_COUNT_OFF: u64 = 664;
+/// Start of the area below the in-flight slots (the single limbo list before format 3).
 pub(crate) const LIMBO_OFF: u64 = 1024;
 pub(crate) const INFLIGHT_OFF: u64 = 1536;
 /// Blocks being filled outside the lock at once (see `Store::put_block`).
 pub(crate) const INFLIGHT_SLOTS: u64 = 32;
 pub(crate) const SLOTS_OFF: u64 = 2048;
-const _: () = assert!(LIMBO_OFF + LIMBO_CAPACITY * 8 <= INFLIGHT_OFF);
 const _: () = assert!(INFLIGHT_OFF + INFLIGHT_SLOTS * 16 <= SLOTS_OFF);
 /// Header bytes this module needs.
 pub(crate) const END_OFF: u64 = SLOTS_OFF + READER_SLOTS * SLOT_BYTES;
@@ -113,7 +121,9 @@ impl Readers {
     /// Clear the table and limbo (creation and recovery, when no process reads).
     pub fn reset(&self) {
         self.word(EPOCH_OFF).store(1, Ordering::Relaxed);
-        self.word(LIMBO_COUNT_OFF).store(0, Ordering::Relaxed);
+        for p in 0..PARTITIONS {
+            self.word(limbo_count_off(p)).store(0, Ordering::Relaxed);
+        }
         for i in 0..INFLIGHT_SLOTS {
             self.word(INFLIGHT_OFF + i * 16).store(0, Ordering::Relaxed);
         }
@@ -180,37 +190,44 @@ impl Readers {
         }
     }
 
-    /// Park a block freed by the working tree; returns true when the limbo is full and must be
-    /// drained (caller holds the volume lock).
-    pub fn park(&self, block: u64) -> bool {
-        let count = self.word(LIMBO_COUNT_OFF);
-        let n = count.load(Ordering::Relaxed);
-        debug_assert!(n < LIMBO_CAPACITY);
-        self.word(LIMBO_OFF + n * 8).store(block, Ordering::Relaxed);
+    /// Park a block freed by the working tree in partition `p`'s limbo; returns true when that
+    /// limbo is full and must be drained (caller holds partition `p`'s lock).
+    pub fn park(&self, p: u64, block: u64) -> bool {
+        let count = self.word(limbo_count_off(p));
+        let n = count.load(Ordering::Relaxed).min(LIMBO_CAPACITY - 1);
+        self.word(limbo_entry_off(p, n))
+            .store(block, Ordering::Relaxed);
         // Count after the entry: a killed writer leaves at worst an unlisted (leaked) block.
         count.store(n + 1, Ordering::Release);
         n + 1 >= LIMBO_CAPACITY
     }
 
-    /// After a grace period: the parked blocks, emptying the limbo (caller holds the lock).
-    pub fn take_parked(&self, out: &mut Vec<u64>) {
-        let count = self.word(LIMBO_COUNT_OFF);
+    /// After a grace period: partition `p`'s parked blocks, emptying its limbo (caller holds its
+    /// lock).
+    pub fn take_parked(&self, p: u64, out: &mut Vec<u64>) {
+        let count = self.word(limbo_count_off(p));
         let n = count.load(Ordering::Acquire).min(LIMBO_CAPACITY);
         for i in 0..n {
-            out.push(self.word(LIMBO_OFF + i * 8).load(Ordering::Relaxed));
+            out.push(self.word(limbo_entry_off(p, i)).load(Ordering::Relaxed));
         }
         count.store(0, Ordering::Release);
     }
 
-    /// Reserve an in-flight slot for `block`, allocated but not yet published (caller holds the
-    /// lock). Garbage collection keeps reserved blocks. `None` if every slot is taken.
+    /// Reserve an in-flight slot for `block`, allocated but not yet published (caller holds a
+    /// partition lock; writers of other partitions reserve concurrently). Garbage collection
+    /// keeps reserved blocks. `None` if every slot is taken.
     pub fn reserve(&self, block: u64) -> Option<u64> {
         let who = me();
         for i in 0..INFLIGHT_SLOTS {
             let owner = self.word(INFLIGHT_OFF + i * 16);
-            if owner.load(Ordering::Acquire) == 0 {
+            // Claim the slot with a marker first, so the block word is never read half-set by
+            // a collector: it reads an owner of 1 (no such process) as dead and the block as 0.
+            if owner
+                .compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
                 self.word(INFLIGHT_OFF + i * 16 + 8)
-                    .store(block, Ordering::Relaxed);
+                    .store(block, Ordering::Release);
                 owner.store(who, Ordering::Release);
                 return Some(i);
             }
@@ -225,13 +242,16 @@ impl Readers {
     }
 
     /// Clear the slots of writers that died while filling a block; returns those blocks, which
-    /// nothing references (caller holds the lock and frees them).
+    /// nothing references (caller holds every lock, so no slot is being claimed: one still marked
+    /// as claiming belongs to a writer killed in `reserve`, and names no block yet).
     pub fn reap_dead(&self) -> Vec<u64> {
         let mut out = Vec::new();
         for i in 0..INFLIGHT_SLOTS {
             let owner = self.word(INFLIGHT_OFF + i * 16);
             let o = owner.load(Ordering::Acquire);
-            if o != 0 && !alive(o) {
+            if o == CLAIMING {
+                owner.store(0, Ordering::Release);
+            } else if o != 0 && !alive(o) {
                 out.push(self.word(INFLIGHT_OFF + i * 16 + 8).load(Ordering::Relaxed));
                 owner.store(0, Ordering::Release);
             }
@@ -240,13 +260,17 @@ impl Readers {
     }
 
     /// Blocks reserved by live writers; slots of dead processes are cleared (their blocks become
-    /// garbage). Caller holds the lock.
+    /// garbage). Caller holds every lock (see `reap_dead`).
     pub fn reserved(&self) -> Vec<u64> {
         let mut out = Vec::new();
         for i in 0..INFLIGHT_SLOTS {
             let owner = self.word(INFLIGHT_OFF + i * 16);
             let o = owner.load(Ordering::Acquire);
             if o == 0 {
+                continue;
+            }
+            if o == CLAIMING {
+                owner.store(0, Ordering::Release);
                 continue;
             }
             if alive(o) {
@@ -258,15 +282,23 @@ impl Readers {
         out
     }
 
-    /// Blocks parked now.
-    pub fn parked(&self) -> u64 {
-        self.word(LIMBO_COUNT_OFF)
+    /// Blocks parked now in partition `p`'s limbo.
+    pub fn parked_in(&self, p: u64) -> u64 {
+        self.word(limbo_count_off(p))
             .load(Ordering::Acquire)
             .min(LIMBO_CAPACITY)
     }
 
+    /// Blocks parked now in every limbo.
+    pub fn parked(&self) -> u64 {
+        (0..PARTITIONS).map(|p| self.parked_in(p)).sum()
+    }
+
     /// Whether block `b` is parked (verification: parked blocks are neither leaked nor free).
     pub fn is_parked(&self, b: u64) -> bool {
-        (0..self.parked()).any(|i| self.word(LIMBO_OFF + i * 8).load(Ordering::Relaxed) == b)
+        (0..PARTITIONS).any(|p| {
+            (0..self.parked_in(p))
+                .any(|i| self.word(limbo_entry_off(p, i)).load(Ordering::Relaxed) == b)
+        })
     }
 }

@@ -12,7 +12,7 @@ use iris_media::{LatencyModel, LockMode, MappedMedia, Media, MediaError};
 use crate::allocator::Allocator;
 use crate::commit::{self, VolumeFacts};
 use crate::error::{Result, StoreError};
-use crate::header::Header;
+use crate::header::{partition_of, Header, PARTITIONS};
 use crate::key::Key;
 use crate::layout::{Layout, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::node::{Node, Val};
@@ -237,14 +237,31 @@ enum ReadSection<'a> {
     Locked(#[allow(dead_code)] Guard<'a>),
 }
 
-/// Holds the volume lock; releases it on drop.
+/// Holds writer locks: every partition's (the volume lock) or one partition's. Releases them on
+/// drop.
 struct Guard<'a> {
     inner: &'a Inner,
+    /// `Some(p)`: only partition `p`'s lock.
+    only: Option<u64>,
+}
+
+impl Guard<'_> {
+    /// Whether this guard holds every lock.
+    fn is_all(&self) -> bool {
+        self.only.is_none()
+    }
 }
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        volume_lock::unlock(&self.inner.header);
+        match self.only {
+            Some(p) => volume_lock::unlock(&self.inner.header, p),
+            None => {
+                for p in (0..PARTITIONS).rev() {
+                    volume_lock::unlock(&self.inner.header, p);
+                }
+            }
+        }
     }
 }
 
@@ -259,19 +276,63 @@ impl Inner {
         }
     }
 
+    /// Take every partition's lock, in order: the volume lock, for anything that changes the
+    /// tree's shape, commits, or walks it whole.
     fn lock(&self) -> Result<Guard<'_>> {
-        match volume_lock::lock(&self.header)? {
-            Acquired::Clean => Ok(Guard { inner: self }),
+        let mut died = [false; PARTITIONS as usize];
+        for p in 0..PARTITIONS {
+            match volume_lock::lock(&self.header, p) {
+                Ok(Acquired::Clean) => {}
+                Ok(Acquired::OwnerDied) => died[p as usize] = true,
+                Err(e) => {
+                    for q in (0..p).rev() {
+                        volume_lock::unlock(&self.header, q);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let guard = Guard {
+            inner: self,
+            only: None,
+        };
+        if died.iter().any(|d| *d) || self.header.repair_needed() {
+            self.header.set_repair_needed(true);
+            // A holder died mid-operation. The tree is consistent (publish by one store); it may
+            // have published without moving the change stamps, so move them all first, then
+            // finish a half-done commit and reclaim what the dead holder had allocated.
+            self.header.bump_all_change_stamps();
+            let cx = self.cx();
+            let repaired = commit::reconcile(&cx).and_then(|_| recovery::collect(&cx));
+            for (p, d) in died.iter().enumerate() {
+                if *d {
+                    volume_lock::mark_consistent(&self.header, p as u64);
+                }
+            }
+            repaired?;
+            self.header.set_repair_needed(false);
+        }
+        Ok(guard)
+    }
+
+    /// Take partition `p`'s lock only: enough for in-place changes of existing values of keys
+    /// in that partition (see `Txn::begin_in`). Falls back to every lock when a repair is due.
+    fn lock_partition(&self, p: u64) -> Result<Guard<'_>> {
+        match volume_lock::lock(&self.header, p)? {
+            Acquired::Clean if !self.header.repair_needed() => Ok(Guard {
+                inner: self,
+                only: Some(p),
+            }),
+            Acquired::Clean => {
+                volume_lock::unlock(&self.header, p);
+                self.lock()
+            }
             Acquired::OwnerDied => {
-                // The holder died mid-operation. The tree is consistent (publish by one store);
-                // finish a half-done commit and reclaim what the dead holder had allocated.
-                // It may have published without moving the change stamps: move them all first.
-                self.header.bump_all_change_stamps();
-                let cx = self.cx();
-                let repaired = commit::reconcile(&cx).and_then(|_| recovery::collect(&cx));
-                volume_lock::mark_consistent(&self.header);
-                let guard = Guard { inner: self };
-                repaired.map(|_| guard)
+                // The repair needs every lock, taken in order: hand this one back, marked.
+                self.header.set_repair_needed(true);
+                volume_lock::mark_consistent(&self.header, p);
+                volume_lock::unlock(&self.header, p);
+                self.lock()
             }
         }
     }
@@ -389,9 +450,9 @@ impl Store {
             .bytes_mut(layout.header_off, crate::layout::HEADER_BYTES)
             .fill(0);
         volume_lock::init(&header)?;
+        header.set_backed_blocks(backed_blocks);
         alloc.reset();
         let volume_id = commit::now_ns() ^ (u64::from(std::process::id()) << 32);
-        header.set_backed_blocks(backed_blocks);
         header.set_volume_id(volume_id);
         header.set_committed_gen(1);
         header.set_working_gen(2);
@@ -439,10 +500,14 @@ impl Store {
         let header = Header::new(region, &layout);
         let alloc = Allocator::new(region, layout, header);
         let boot_id = opts.boot_id.unwrap_or_else(kernel_boot_id);
+        // A header from this boot is the live state of every process that has the volume open:
+        // never rebuilt under them. One behind the superblocks means a commit between its
+        // superblock write and its publish (running now, or its process died there): the lock
+        // settles that below.
         let trusted = header.is_valid_for_boot(boot_id)
             && header.volume_id() == sb.volume_id
-            && header.backed_blocks() <= layout.max_blocks
-            && header.committed_gen() >= sb.generation;
+            && header.backed_blocks() <= layout.max_blocks;
+        let behind = trusted && header.committed_gen() < sb.generation;
         if trusted {
             if header.backed_blocks() > backed / layout.bs() {
                 media.grow(layout.offset(header.backed_blocks()))?;
@@ -451,7 +516,7 @@ impl Store {
             recover(media.as_ref(), region, layout, header, alloc, &sb, boot_id)?;
         }
         let inline_max = sb.inline_max;
-        Ok(Store::assemble(
+        let store = Store::assemble(
             !trusted,
             media,
             layout,
@@ -460,7 +525,13 @@ impl Store {
             sb.volume_id,
             inline_max,
             opts,
-        ))
+        );
+        if behind {
+            let inner = &*store.inner;
+            let _g = inner.lock()?;
+            commit::reconcile(&inner.cx())?;
+        }
+        Ok(store)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -696,25 +767,10 @@ impl Store {
             // Inline-sized values go through the ordinary path.
             return self.put_block_under_lock(key, len, fill, then);
         }
-        let (block, slot) = {
-            let _g = inner.lock()?;
-            let b = match inner.alloc.alloc(inner.media.as_ref()) {
-                Ok(b) => b,
-                Err(StoreError::NoSpace) if inner.header.pending_blocks() > 0 => {
-                    inner.commit_locked()?;
-                    inner.alloc.alloc(inner.media.as_ref())?
-                }
-                Err(e) => return Err(e),
-            };
-            match inner.alloc.readers().reserve(b) {
-                Some(slot) => (b, slot),
-                None => {
-                    // Every in-flight slot is busy: fill under the lock instead.
-                    inner.alloc.free_now(b);
-                    drop(_g);
-                    return self.put_block_under_lock(key, len, fill, then);
-                }
-            }
+        let p = partition_of(key.hi);
+        let Some((block, slot)) = Self::reserve_block(inner, p)? else {
+            // Every in-flight slot is busy: fill under the lock instead.
+            return self.put_block_under_lock(key, len, fill, then);
         };
         // The block is allocated but referenced by nothing: only this thread touches it. A
         // process killed here leaks it until the next garbage collection.
@@ -724,7 +780,18 @@ impl Store {
                 .bytes_mut(inner.layout.offset(block), len as u64),
         );
         inner.latency.on_write(1);
-        let g = inner.lock()?;
+        let mut then = then;
+        let g = inner.lock_partition(p)?;
+        let g = if g.is_all() {
+            g
+        } else {
+            if let Some(done) = Self::publish_in_place(inner, p, key, block, len, slot, &mut then)?
+            {
+                return Ok(done);
+            }
+            drop(g);
+            inner.lock()?
+        };
         inner.alloc.readers().unreserve(slot);
         let stamp_before = then.as_ref().map(|t| inner.header.change_stamp(t.key.hi));
         let mut txn = Txn::begin(inner.cx(), false);
@@ -781,6 +848,131 @@ impl Store {
         })
     }
 
+    /// Allocate a block for partition `p` and reserve an in-flight slot for it, holding that
+    /// partition's lock (every lock when the volume must grow or commit to find space). `None`
+    /// when every in-flight slot is busy.
+    fn reserve_block(inner: &Inner, p: u64) -> Result<Option<(u64, u64)>> {
+        let g = inner.lock_partition(p)?;
+        let fast = if g.is_all() {
+            None
+        } else {
+            inner.alloc.alloc_in(p)
+        };
+        let (b, _g) = match fast {
+            Some(b) => (b, g),
+            None => {
+                let g = if g.is_all() {
+                    g
+                } else {
+                    drop(g);
+                    inner.lock()?
+                };
+                let b = match inner.alloc.alloc(p, inner.media.as_ref()) {
+                    Ok(b) => b,
+                    Err(StoreError::NoSpace) if inner.header.pending_blocks() > 0 => {
+                        inner.commit_locked()?;
+                        inner.alloc.alloc(p, inner.media.as_ref())?
+                    }
+                    Err(e) => return Err(e),
+                };
+                (b, g)
+            }
+        };
+        match inner.alloc.readers().reserve(b) {
+            Some(slot) => Ok(Some((b, slot))),
+            None => {
+                inner.alloc.free_now(b);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The common case of [`Store::put_block_then_patch`], holding partition `p`'s lock only:
+    /// the key exists with a value of the same length in a leaf private to the working tree, and
+    /// the patch is skipped or lands in place. `None` (nothing done, `then` untouched) when that
+    /// is not so and the caller must take every lock.
+    #[allow(clippy::too_many_arguments)]
+    fn publish_in_place<F: FnOnce(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        p: u64,
+        key: Key,
+        block: u64,
+        len: usize,
+        slot: u64,
+        then: &mut Option<ThenPatch<F>>,
+    ) -> Result<Option<BlockPut>> {
+        let mut txn = Txn::begin_in(inner.cx(), p);
+        let spot = txn.locate(key)?;
+        if !txn.replaceable_in_place(&spot, len as u32)? {
+            return Ok(None);
+        }
+        let skip = then.as_ref().is_some_and(|t| {
+            t.unless_unchanged_since
+                .is_some_and(|s| s == inner.header.change_stamp(t.key.hi))
+        });
+        let patch_spot = match then.as_ref() {
+            Some(t) if !skip => {
+                if partition_of(t.key.hi) != p {
+                    return Ok(None);
+                }
+                let ps = txn.locate(t.key)?;
+                if !txn.patchable_in_place(&ps)? {
+                    return Ok(None);
+                }
+                Some(ps)
+            }
+            _ => None,
+        };
+        // Committed to this path: the data block first, then the patch, one publish each.
+        let gen = inner.header.working_gen();
+        let val = Val::Block {
+            block,
+            len: len as u32,
+            gen,
+        };
+        // Unreserved before the publish: a writer killed in between leaves a leaked block (found
+        // by the repair, as it holds a lock), never a published block in a dead writer's slot,
+        // which the reaper would free while the tree still points at it.
+        inner.alloc.readers().unreserve(slot);
+        if let Err(e) = txn.put_at(&spot, key, val) {
+            txn.abort();
+            inner.alloc.free_now(block);
+            return Err(e);
+        }
+        let then = then.take();
+        let mut patched = false;
+        let mut result = Ok(());
+        if let (Some(ps), Some(t)) = (patch_spot, then) {
+            if let Some(old) = txn.value_at(&ps)? {
+                let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
+                let mut patch = Patch::default();
+                (t.patch)(old_bytes, true, &mut patch);
+                let words = &patch.words[..patch.count];
+                if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
+                    result = Err(StoreError::Invalid(
+                        "patch past the end of the value".into(),
+                    ));
+                } else {
+                    patched = txn.patch_at(&ps, words)? == Some(true);
+                }
+            }
+        }
+        txn.commit_publish();
+        result?;
+        Ok(Some(BlockPut {
+            found: true,
+            replaced: true,
+            patched,
+            located: Some((
+                inner.header.change_stamp(key.hi),
+                BlockRef {
+                    block,
+                    len: len as u32,
+                },
+            )),
+        }))
+    }
+
     /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,
     /// or every in-flight slot busy).
     fn put_block_under_lock(
@@ -824,7 +1016,37 @@ impl Store {
     pub fn patch_with(&self, key: Key, f: impl FnOnce(&[u8], &mut Patch)) -> Result<bool> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let _g = inner.lock()?;
+        let p = partition_of(key.hi);
+        let g = inner.lock_partition(p)?;
+        let _g = if g.is_all() {
+            g
+        } else {
+            // In place under this partition's lock when the leaf allows; else every lock.
+            let mut txn = Txn::begin_in(inner.cx(), p);
+            let spot = txn.locate(key)?;
+            if txn.patchable_in_place(&spot)? {
+                let Some(old) = txn.value_at(&spot)? else {
+                    return Ok(false);
+                };
+                let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
+                let mut patch = Patch::default();
+                f(old_bytes, &mut patch);
+                let words = &patch.words[..patch.count];
+                if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
+                    return Err(StoreError::Invalid(
+                        "patch past the end of the value".into(),
+                    ));
+                }
+                let done = txn.patch_at(&spot, words)?;
+                txn.commit_publish();
+                return Ok(done == Some(true));
+            }
+            if spot.slot().is_err() {
+                return Ok(false);
+            }
+            drop(g);
+            inner.lock()?
+        };
         Self::patch_locked(inner, key, f)
     }
 

@@ -141,6 +141,13 @@ pub(crate) struct Spot {
     slot: std::result::Result<u16, u16>,
 }
 
+impl Spot {
+    /// The key's slot in its leaf, or where it would be inserted.
+    pub fn slot(&self) -> std::result::Result<u16, u16> {
+        self.slot
+    }
+}
+
 /// New children that replace one child slot: none (it emptied), one, or two (it split).
 type Children = ([(Key, u64); 2], usize);
 
@@ -154,6 +161,11 @@ pub(crate) struct Txn<'a> {
     released: BlockList<(u64, u64), 16>,
     /// Change-stamp buckets of the keys this transaction changed.
     touched: StampMask,
+    /// The writer partition whose lock this transaction holds (all of them, unless `in_place`):
+    /// blocks it frees wait in that partition's limbo.
+    part: u64,
+    /// Holding one partition's lock only: nothing but in-place changes of existing values.
+    in_place: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -167,7 +179,40 @@ impl<'a> Txn<'a> {
             fresh: BlockList::new(),
             released: BlockList::new(),
             touched: StampMask::default(),
+            part: 0,
+            in_place: false,
         }
+    }
+
+    /// Begin a single operation holding only partition `part`'s lock: the caller changes
+    /// nothing but what [`Txn::replaceable_in_place`] and [`Txn::patchable_in_place`] allow
+    /// (the tree's shape is frozen by the other partitions' writers too: every change of shape
+    /// holds every lock).
+    pub fn begin_in(cx: Ctx<'a>, part: u64) -> Self {
+        let mut t = Txn::begin(cx, false);
+        t.part = part;
+        t.in_place = true;
+        t
+    }
+
+    /// Whether putting an out-of-line value of `len` bytes at `spot` is a one-word publish into
+    /// a leaf private to the working tree (no copy, no change of shape).
+    pub fn replaceable_in_place(&self, spot: &Spot, len: u32) -> Result<bool> {
+        let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
+            return Ok(false);
+        };
+        Ok(
+            matches!(leaf.value(i)?, Val::Block { len: old, .. } if old == len)
+                && self.writable_in_place(leaf),
+        )
+    }
+
+    /// Whether the inline value at `spot` can be patched word by word where it is.
+    pub fn patchable_in_place(&self, spot: &Spot) -> Result<bool> {
+        let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
+            return Ok(false);
+        };
+        Ok(matches!(leaf.value(i)?, Val::Inline(_)) && self.writable_in_place(leaf))
     }
 
     /// Root of the tree as this transaction sees it (its own changes included).
@@ -202,7 +247,11 @@ impl<'a> Txn<'a> {
     }
 
     fn alloc(&mut self) -> Result<u64> {
-        let b = self.cx.alloc.alloc(self.cx.media)?;
+        debug_assert!(
+            !self.in_place,
+            "allocation while holding one partition's lock"
+        );
+        let b = self.cx.alloc.alloc(self.part, self.cx.media)?;
         self.fresh.push(b);
         Ok(b)
     }
@@ -604,11 +653,10 @@ impl<'a> Txn<'a> {
                 // Never published: no reader can have seen it.
                 self.cx.alloc.free_now(block);
             } else if birth == self.wgen {
-                self.cx.alloc.release(block);
+                self.cx.alloc.release(self.part, block);
             } else if newest_snapshot.is_some_and(|s| s >= birth) {
                 // A snapshot still reaches it; deleting the snapshot reclaims it.
-                let held = self.cx.header.snapshot_held();
-                self.cx.header.set_snapshot_held(held + 1);
+                self.cx.header.add_snapshot_held(1);
             } else {
                 self.cx.alloc.defer_free(block);
             }

@@ -1,14 +1,22 @@
-//! The volume lock: a process-shared, robust pthread mutex living in the working header, so every
-//! process mapping the volume (forked or not) serialises on it, and a process killed while holding
-//! it hands the next locker `EOWNERDEAD` instead of a deadlock.
+//! The writer locks: one process-shared, robust pthread mutex per writer partition, living in the
+//! working header, so every process mapping the volume (forked or not) serialises on them, and a
+//! process killed while holding one hands the next locker `EOWNERDEAD` instead of a deadlock.
+//! Taking every partition's lock, in order, is the volume lock.
 
 use crate::error::{Result, StoreError};
 use crate::header::Header;
 
-/// Initialise the mutex in place. Only while no other process can use it (under the exclusive
-/// advisory lock during recovery, or at creation).
+/// Initialise every partition's mutex in place. Only while no other process can use them (under
+/// the exclusive advisory lock during recovery, or at creation).
 pub(crate) fn init(header: &Header) -> Result<()> {
-    let m = header.mutex_ptr();
+    for p in 0..crate::header::PARTITIONS {
+        init_one(header, p)?;
+    }
+    Ok(())
+}
+
+fn init_one(header: &Header, p: u64) -> Result<()> {
+    let m = header.mutex_ptr(p);
     // SAFETY: `m` points at MUTEX_BYTES of the mapped header, large and aligned enough for a
     // pthread_mutex_t (checked at compile time); nobody else uses it during initialisation.
     unsafe {
@@ -50,11 +58,11 @@ pub(crate) enum Acquired {
 /// sleep and wake-up, so a waiter spins a little first.
 const SPIN_TRIES: u32 = 200;
 
-/// Take the volume lock.
-pub(crate) fn lock(header: &Header) -> Result<Acquired> {
+/// Take the lock of partition `p`.
+pub(crate) fn lock(header: &Header, p: u64) -> Result<Acquired> {
     for _ in 0..SPIN_TRIES {
         // SAFETY: as below; trylock never blocks.
-        let rc = unsafe { libc::pthread_mutex_trylock(header.mutex_ptr()) };
+        let rc = unsafe { libc::pthread_mutex_trylock(header.mutex_ptr(p)) };
         match rc {
             0 => return Ok(Acquired::Clean),
             libc::EOWNERDEAD => return Ok(Acquired::OwnerDied),
@@ -64,7 +72,7 @@ pub(crate) fn lock(header: &Header) -> Result<Acquired> {
     }
     // SAFETY: the mutex was initialised by `init` (at creation or recovery) and lives in the mapping
     // for as long as the store that owns `header`.
-    let rc = unsafe { libc::pthread_mutex_lock(header.mutex_ptr()) };
+    let rc = unsafe { libc::pthread_mutex_lock(header.mutex_ptr(p)) };
     match rc {
         0 => Ok(Acquired::Clean),
         libc::EOWNERDEAD => Ok(Acquired::OwnerDied),
@@ -77,14 +85,14 @@ pub(crate) fn lock(header: &Header) -> Result<Acquired> {
     }
 }
 
-/// Declare the state repaired after [`Acquired::OwnerDied`].
-pub(crate) fn mark_consistent(header: &Header) {
+/// Make partition `p`'s lock usable again after [`Acquired::OwnerDied`].
+pub(crate) fn mark_consistent(header: &Header, p: u64) {
     // SAFETY: called by the current owner of an initialised robust mutex.
-    unsafe { libc::pthread_mutex_consistent(header.mutex_ptr()) };
+    unsafe { libc::pthread_mutex_consistent(header.mutex_ptr(p)) };
 }
 
-/// Release the volume lock.
-pub(crate) fn unlock(header: &Header) {
+/// Release partition `p`'s lock.
+pub(crate) fn unlock(header: &Header, p: u64) {
     // SAFETY: called by the current owner (guards pair every lock with one unlock).
-    unsafe { libc::pthread_mutex_unlock(header.mutex_ptr()) };
+    unsafe { libc::pthread_mutex_unlock(header.mutex_ptr(p)) };
 }

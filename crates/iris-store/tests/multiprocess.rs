@@ -132,3 +132,117 @@ fn kill_9_loses_no_acknowledged_commit() {
     }
     std::fs::remove_file(&path).ok();
 }
+
+/// The overwriter's block for (prefix, key, round) (see iris-store-worker).
+fn block(prefix: u64, i: u64, r: u64) -> Vec<u8> {
+    let mut b = vec![(prefix * 31 + i * 7 + r) as u8 | 1; 4096];
+    b[..8].copy_from_slice(&r.to_le_bytes());
+    b
+}
+
+/// An overwriter child and the thread collecting its last acknowledged round.
+struct Overwriter {
+    child: std::process::Child,
+    acked: Option<std::thread::JoinHandle<Option<u64>>>,
+}
+
+impl Overwriter {
+    /// SIGKILL it; the last round it acknowledged.
+    fn kill(mut self) -> Option<u64> {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("wait");
+        self.acked.take().and_then(|h| h.join().expect("reader"))
+    }
+}
+
+impl Drop for Overwriter {
+    fn drop(&mut self) {
+        // A failing test must not leave writers running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn overwriter(path: &std::path::Path, prefix: u64, keys: u64) -> Overwriter {
+    let mut child = Command::new(WORKER)
+        .args([
+            "overwriter",
+            path.to_str().expect("utf8"),
+            &prefix.to_string(),
+            &keys.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let acked = std::thread::spawn(move || {
+        let mut last = None;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(n) = line.strip_prefix("acked ") {
+                last = n.parse::<u64>().ok();
+            }
+        }
+        last
+    });
+    Overwriter {
+        child,
+        acked: Some(acked),
+    }
+}
+
+/// Every key of `prefix` holds a whole block of one round, at least `acked` when some round was
+/// acknowledged.
+fn check_overwritten(s: &Store, prefix: u64, keys: u64, acked: Option<u64>, what: &str) {
+    for i in 0..keys {
+        let round = s
+            .get_with(Key::new(prefix, i), |v| {
+                let r = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+                assert_eq!(v, block(prefix, i, r).as_slice(), "{what}: key {i} torn");
+                r
+            })
+            .expect("get");
+        if let Some(a) = acked {
+            let r = round.unwrap_or_else(|| panic!("{what}: key {i} missing"));
+            assert!(r >= a, "{what}: key {i} at round {r}, {a} was acknowledged");
+        }
+    }
+}
+
+#[test]
+fn writers_of_several_partitions_survive_kill_9_of_one_another() {
+    let path = volume("parts");
+    let keys = 24;
+    // Survivors run throughout; victims are killed at random instants, often holding their
+    // partition's lock, which the survivors (and this process) must then recover.
+    let survivors: Vec<(u64, Overwriter)> =
+        (1..=2).map(|p| (p, overwriter(&path, p, keys))).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    for round in 0..30u64 {
+        let prefix = 1000 + round;
+        let victim = overwriter(&path, prefix, keys);
+        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
+        let acked = victim.kill();
+        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
+        check_overwritten(
+            &s,
+            prefix,
+            if acked.is_some() { keys } else { 0 },
+            acked,
+            "victim",
+        );
+        let report = s.verify().expect("verify after kill");
+        assert_eq!(report.leaked_blocks, 0, "round {round}");
+    }
+    for (prefix, w) in survivors {
+        let acked = w.kill();
+        assert!(
+            acked.is_some_and(|a| a > 0),
+            "survivor {prefix} made no progress"
+        );
+        let s = Store::open(&path, &OpenOptions::default()).expect("open");
+        check_overwritten(&s, prefix, keys, acked, "survivor");
+        assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+    }
+    std::fs::remove_file(&path).ok();
+}

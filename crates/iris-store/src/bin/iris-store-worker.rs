@@ -2,6 +2,9 @@
 //!
 //! - `writer VOLUME PREFIX COMMIT_EVERY`: put keys (PREFIX, 0..) forever, committing every
 //!   COMMIT_EVERY puts and printing `acked N` once puts 0..=N are committed.
+//! - `overwriter VOLUME PREFIX KEYS`: write KEYS whole-block keys (PREFIX, 0..KEYS), then
+//!   overwrite all of them round after round (the in-place path of one writer partition),
+//!   committing after each round and printing `acked R` (see [`block`] for the contents).
 //! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
 //!   wait for a line on stdin, then count the keys of prefix OTHER it sees and print `saw N`.
 
@@ -15,6 +18,14 @@ fn value(prefix: u64, i: u64) -> Vec<u8> {
     (0..len)
         .map(|j| (prefix as usize * 7 + i as usize + j) as u8)
         .collect()
+}
+
+/// Round `r` of key `i` in the overwriter: the round in the first 8 bytes, then one byte
+/// derived from (prefix, i, r) repeated, so a torn or foreign block is recognisable.
+fn block(prefix: u64, i: u64, r: u64) -> Vec<u8> {
+    let mut b = vec![(prefix * 31 + i * 7 + r) as u8 | 1; 4096];
+    b[..8].copy_from_slice(&r.to_le_bytes());
+    b
 }
 
 fn main() {
@@ -57,6 +68,22 @@ fn run() -> Result<(), String> {
                     out.flush().map_err(|e| e.to_string())?;
                 }
                 i += 1;
+            }
+        }
+        "overwriter" => {
+            let keys = num(&args, 4)?;
+            let mut r = 0u64;
+            loop {
+                for i in 0..keys {
+                    let v = block(prefix, i, r);
+                    store
+                        .put_block(Key::new(prefix, i), v.len(), |out| out.copy_from_slice(&v))
+                        .map_err(|e| e.to_string())?;
+                }
+                store.commit().map_err(|e| e.to_string())?;
+                writeln!(out, "acked {r}").map_err(|e| e.to_string())?;
+                out.flush().map_err(|e| e.to_string())?;
+                r += 1;
             }
         }
         "fill" => {
