@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 
-use iris_store::{CreateOptions, Key, Located, OpenOptions, Store, ThenPatch, Tx, View};
+use iris_store::{BlockPut, CreateOptions, Key, Located, OpenOptions, Store, ThenPatch, Tx, View};
 
 use crate::cache::{Caches, FileCache};
 
@@ -66,6 +66,31 @@ pub struct Fs {
 
 fn store_err(e: iris_store::StoreError) -> Errno {
     Errno::from(e)
+}
+
+/// The inode patch of a write ending at `end` at time `now`: size grown to `end`, both times set,
+/// one more block if the write added its block. The patched record is left in `after`.
+fn size_and_times(
+    ino: u64,
+    end: u64,
+    now: i64,
+    after: &Cell<Option<Inode>>,
+) -> impl FnOnce(&[u8], bool, &mut iris_store::Patch) + '_ {
+    move |rec: &[u8], replaced: bool, p: &mut iris_store::Patch| {
+        if let Ok(mut i) = Inode::decode(ino, rec) {
+            i.size = i.size.max(end);
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            p.set(inode::SIZE_OFF, i.size);
+            p.set(inode::MTIME_OFF, now as u64);
+            p.set(inode::CTIME_OFF, now as u64);
+            if !replaced {
+                i.blocks += 1;
+                p.set(inode::BLOCKS_OFF, i.blocks);
+            }
+            after.set(Some(i));
+        }
+    }
 }
 
 /// Wrap an errno as a store error so it can leave a transaction closure.
@@ -779,6 +804,19 @@ impl Fs {
             .map_err(store_err)?
     }
 
+    /// After a write that went through the store's in-place paths: the inode record as it is now,
+    /// into the cache, when the write knows it (`put.located` carries the stamp read under the
+    /// lock right after the write: unpatched, the record is `before`; patched, `after`).
+    fn refresh_inode_after(&self, before: &Inode, put: &BlockPut, after: Option<Inode>) {
+        if let Some((stamp, _)) = put.located {
+            match (put.patched, after) {
+                (false, _) => self.caches.put_inode(before, stamp),
+                (true, Some(i)) => self.caches.put_inode(&i, stamp),
+                (true, None) => {}
+            }
+        }
+    }
+
     /// [`Fs::write`], or `None` (nothing written) when the file's bytes live in a shadow file.
     pub fn write_unless_shadowed(
         &self,
@@ -854,41 +892,46 @@ impl Fs {
                         Some(ThenPatch {
                             key: key(ino, Kind::Inode, 0),
                             unless_unchanged_since: unchanged.then_some(stamp),
-                            patch: |rec: &[u8], replaced: bool, p: &mut iris_store::Patch| {
-                                if let Ok(mut i) = Inode::decode(ino, rec) {
-                                    i.size = i.size.max(end);
-                                    i.mtime_ns = now;
-                                    i.ctime_ns = now;
-                                    p.set(inode::SIZE_OFF, i.size);
-                                    p.set(inode::MTIME_OFF, now as u64);
-                                    p.set(inode::CTIME_OFF, now as u64);
-                                    if !replaced {
-                                        i.blocks += 1;
-                                        p.set(inode::BLOCKS_OFF, i.blocks);
-                                    }
-                                    after.set(Some(i));
-                                }
-                            },
+                            patch: size_and_times(ino, end, now, &after),
                         }),
                     )
                     .map_err(store_err)?;
                 if !put.found {
                     return Err(Errno::ENOENT);
                 }
-                if let Some((stamp, _)) = put.located {
-                    // The stamp was read under the lock right after this write: what it wrote
-                    // is what a lookup would find now.
-                    match (put.patched, after.get()) {
-                        (false, _) => self.caches.put_inode(&inode, stamp),
-                        (true, Some(i)) => self.caches.put_inode(&i, stamp),
-                        (true, None) => {}
-                    }
-                }
+                self.refresh_inode_after(&inode, &put, after.get());
                 return Ok(Some(data.len()));
             } else {
-                // A partial block (slower anyway): the shadow check is its own lookup.
-                if honor_shadow && self.getattr(ino)?.is_shadowed() {
+                let (stamp, inode) = self
+                    .store
+                    .read(|v| {
+                        let stamp = v.change_stamp(ino);
+                        Ok((stamp, self.inode_at(v, ino, stamp)))
+                    })
+                    .map_err(store_err)?;
+                let inode = inode?;
+                if honor_shadow && inode.is_shadowed() {
                     return Ok(None);
+                }
+                // A small write into a block written since the last commit lands where it is.
+                let unchanged = inode.size >= end && inode.mtime_ns == now && inode.ctime_ns == now;
+                let after = Cell::new(None);
+                let done = self
+                    .store
+                    .write_in_place(
+                        key(ino, Kind::Data, first),
+                        in_block,
+                        data,
+                        Some(ThenPatch {
+                            key: key(ino, Kind::Inode, 0),
+                            unless_unchanged_since: unchanged.then_some(stamp),
+                            patch: size_and_times(ino, end, now, &after),
+                        }),
+                    )
+                    .map_err(store_err)?;
+                if let Some(put) = done {
+                    self.refresh_inode_after(&inode, &put, after.get());
+                    return Ok(Some(data.len()));
                 }
                 self.store
                     .put_sized(

@@ -61,14 +61,20 @@ pub(crate) const fn limbo_count_off(p: u64) -> u64 {
 }
 /// Partition limbo lists follow.
 pub(crate) const LIMBO_LISTS: u64 = 8192;
+/// Then one undo record per partition (see `undo`).
+const UNDO_RECORDS: u64 = 12288;
+/// Offset of partition `p`'s undo record inside the header.
+pub(crate) const fn undo_off(p: u64) -> u64 {
+    UNDO_RECORDS + p * crate::undo::UNDO_RECORD_BYTES
+}
 /// Buckets of change stamps (a power of two).
 pub(crate) const STAMP_BUCKETS: u64 = 256;
 const _: () = assert!(crate::readers::END_OFF <= CHANGE_STAMPS);
 const _: () = assert!(CHANGE_STAMPS + STAMP_BUCKETS * 8 <= PARTITION_LINES);
 const _: () = assert!(PARTITION_LINES + PARTITIONS * PARTITION_LINE <= LIMBO_LISTS);
-const _: () = assert!(
-    LIMBO_LISTS + PARTITIONS * crate::readers::LIMBO_CAPACITY * 8 <= crate::layout::HEADER_BYTES
-);
+const _: () =
+    assert!(LIMBO_LISTS + PARTITIONS * crate::readers::LIMBO_CAPACITY * 8 <= UNDO_RECORDS);
+const _: () = assert!(undo_off(PARTITIONS) <= crate::layout::HEADER_BYTES);
 const _: () = assert!(PART_HINT >= MUTEX_BYTES_USED);
 /// Bytes of a pthread mutex (40 on x86-64 and AArch64 glibc), below the line's other words.
 const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u64;

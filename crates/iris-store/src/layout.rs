@@ -10,7 +10,7 @@ pub const MIN_BLOCK_SIZE: u32 = 512;
 /// Largest block size a volume may use.
 pub const MAX_BLOCK_SIZE: u32 = 64 * 1024;
 /// Bytes reserved for the working header.
-pub(crate) const HEADER_BYTES: u64 = 16384;
+pub(crate) const HEADER_BYTES: u64 = 24576;
 /// Blocks covered by one bit of the pending-free summary (one u64 word of P).
 pub(crate) const SUMMARY_SPAN_BLOCKS: u64 = 64;
 

@@ -21,6 +21,7 @@ mod store;
 mod stream;
 mod superblock;
 mod tree;
+mod undo;
 mod volume_lock;
 
 pub use error::{Result, StoreError};

@@ -20,6 +20,7 @@ use crate::recovery::{self, Marks, Walk};
 use crate::region::Region;
 use crate::superblock::{SnapshotEntry, Superblock, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME, SUPER_BYTES};
 use crate::tree::{max_inline_for, Ctx, Txn};
+use crate::undo::Undo;
 use crate::volume_lock::{self, Acquired};
 
 /// How to create a volume.
@@ -218,6 +219,8 @@ pub(crate) struct Inner {
     alloc: Allocator,
     facts: VolumeFacts,
     latency: LatencyModel,
+    /// Undo records of in-place small writes.
+    undo: Undo,
     failed: AtomicBool,
     /// Whether this open rebuilt the working state from the superblocks (first open after a
     /// reboot or power loss).
@@ -302,6 +305,7 @@ impl Inner {
             // have published without moving the change stamps, so move them all first, then
             // finish a half-done commit and reclaim what the dead holder had allocated.
             self.header.bump_all_change_stamps();
+            self.undo.roll_back();
             let cx = self.cx();
             let repaired = commit::reconcile(&cx).and_then(|_| recovery::collect(&cx));
             for (p, d) in died.iter().enumerate() {
@@ -558,6 +562,7 @@ impl Store {
                 inline_max,
             },
             latency,
+            undo: Undo::new(region, layout),
             failed: AtomicBool::new(false),
             recovered,
         });
@@ -906,22 +911,8 @@ impl Store {
         if !txn.replaceable_in_place(&spot, len as u32)? {
             return Ok(None);
         }
-        let skip = then.as_ref().is_some_and(|t| {
-            t.unless_unchanged_since
-                .is_some_and(|s| s == inner.header.change_stamp(t.key.hi))
-        });
-        let patch_spot = match then.as_ref() {
-            Some(t) if !skip => {
-                if partition_of(t.key.hi) != p {
-                    return Ok(None);
-                }
-                let ps = txn.locate(t.key)?;
-                if !txn.patchable_in_place(&ps)? {
-                    return Ok(None);
-                }
-                Some(ps)
-            }
-            _ => None,
+        let Some(patch_spot) = Self::plan_patch(inner, &txn, p, then)? else {
+            return Ok(None);
         };
         // Committed to this path: the data block first, then the patch, one publish each.
         let gen = inner.header.working_gen();
@@ -939,24 +930,8 @@ impl Store {
             inner.alloc.free_now(block);
             return Err(e);
         }
-        let then = then.take();
-        let mut patched = false;
-        let mut result = Ok(());
-        if let (Some(ps), Some(t)) = (patch_spot, then) {
-            if let Some(old) = txn.value_at(&ps)? {
-                let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
-                let mut patch = Patch::default();
-                (t.patch)(old_bytes, true, &mut patch);
-                let words = &patch.words[..patch.count];
-                if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
-                    result = Err(StoreError::Invalid(
-                        "patch past the end of the value".into(),
-                    ));
-                } else {
-                    patched = txn.patch_at(&ps, words)? == Some(true);
-                }
-            }
-        }
+        let result = Self::apply_patch(inner, &mut txn, patch_spot, then.take());
+        let patched = matches!(result, Ok(true));
         txn.commit_publish();
         result?;
         Ok(Some(BlockPut {
@@ -970,6 +945,108 @@ impl Store {
                     len: len as u32,
                 },
             )),
+        }))
+    }
+
+    /// Where the patch of `then` goes in a transaction holding only partition `p`'s lock:
+    /// `Some(None)` when there is none to make (none asked, or skipped because its key's change
+    /// stamp still reads what the caller saw), `Some(Some(spot))` when it lands in place, `None`
+    /// when it cannot be made without every lock.
+    fn plan_patch<F>(
+        inner: &Inner,
+        txn: &Txn<'_>,
+        p: u64,
+        then: &Option<ThenPatch<F>>,
+    ) -> Result<Option<Option<crate::tree::Spot>>> {
+        let Some(t) = then.as_ref() else {
+            return Ok(Some(None));
+        };
+        if t.unless_unchanged_since
+            .is_some_and(|s| s == inner.header.change_stamp(t.key.hi))
+        {
+            return Ok(Some(None));
+        }
+        if partition_of(t.key.hi) != p {
+            return Ok(None);
+        }
+        let spot = txn.locate(t.key)?;
+        if !txn.patchable_in_place(&spot)? {
+            return Ok(None);
+        }
+        Ok(Some(Some(spot)))
+    }
+
+    /// Make the patch `plan_patch` placed (the key was replaced, not added). Returns whether a
+    /// patch was applied.
+    fn apply_patch<F: FnOnce(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        txn: &mut Txn<'_>,
+        spot: Option<crate::tree::Spot>,
+        then: Option<ThenPatch<F>>,
+    ) -> Result<bool> {
+        let (Some(spot), Some(t)) = (spot, then) else {
+            return Ok(false);
+        };
+        let Some(old) = txn.value_at(&spot)? else {
+            return Ok(false);
+        };
+        let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
+        let mut patch = Patch::default();
+        (t.patch)(old_bytes, true, &mut patch);
+        let words = &patch.words[..patch.count];
+        if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
+            return Err(StoreError::Invalid(
+                "patch past the end of the value".into(),
+            ));
+        }
+        Ok(txn.patch_at(&spot, words)? == Some(true))
+    }
+
+    /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make
+    /// the patch `then` describes, holding only the key's partition lock: for small writes
+    /// (at most 1 KiB, inside the value) into a data block written since the last commit. A
+    /// process killed during the copy leaves the old bytes (see `undo`). `None` (nothing done)
+    /// when the write does not qualify; the caller then copies the block.
+    pub fn write_in_place(
+        &self,
+        key: Key,
+        offset: usize,
+        data: &[u8],
+        then: Option<ThenPatch<impl FnOnce(&[u8], bool, &mut Patch)>>,
+    ) -> Result<Option<BlockPut>> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        if data.len() as u64 > crate::undo::UNDO_MAX_BYTES {
+            return Ok(None);
+        }
+        let p = partition_of(key.hi);
+        let g = inner.lock_partition(p)?;
+        if g.is_all() {
+            return Ok(None);
+        }
+        let mut txn = Txn::begin_in(inner.cx(), p);
+        let spot = txn.locate(key)?;
+        let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
+            return Ok(None);
+        };
+        let end = offset.checked_add(data.len());
+        if gen != inner.header.working_gen() || end.is_none_or(|e| e > len as usize) {
+            return Ok(None);
+        }
+        let Some(patch_spot) = Self::plan_patch(inner, &txn, p, &then)? else {
+            return Ok(None);
+        };
+        inner.undo.write(p, block, offset as u64, data);
+        inner.latency.on_write(1);
+        let result = Self::apply_patch(inner, &mut txn, patch_spot, then);
+        let patched = matches!(result, Ok(true));
+        txn.commit_publish();
+        result?;
+        Ok(Some(BlockPut {
+            found: true,
+            replaced: true,
+            patched,
+            located: Some((inner.header.change_stamp(key.hi), BlockRef { block, len })),
         }))
     }
 

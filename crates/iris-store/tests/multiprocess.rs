@@ -164,9 +164,13 @@ impl Drop for Overwriter {
 }
 
 fn overwriter(path: &std::path::Path, prefix: u64, keys: u64) -> Overwriter {
+    worker(path, "overwriter", prefix, keys)
+}
+
+fn worker(path: &std::path::Path, mode: &str, prefix: u64, keys: u64) -> Overwriter {
     let mut child = Command::new(WORKER)
         .args([
-            "overwriter",
+            mode,
             path.to_str().expect("utf8"),
             &prefix.to_string(),
             &keys.to_string(),
@@ -244,5 +248,56 @@ fn writers_of_several_partitions_survive_kill_9_of_one_another() {
         check_overwritten(&s, prefix, keys, acked, "survivor");
         assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
     }
+    std::fs::remove_file(&path).ok();
+}
+
+/// The patcher's chunk for (prefix, key, round, chunk) (see iris-store-worker).
+fn chunk(prefix: u64, i: u64, r: u64, c: u64) -> Vec<u8> {
+    let mut b = vec![(prefix * 31 + i * 7 + r * 3 + c) as u8 | 1; 512];
+    b[..8].copy_from_slice(&r.to_le_bytes());
+    b
+}
+
+#[test]
+fn small_writes_in_place_are_whole_or_absent_after_kill_9() {
+    let path = volume("patch");
+    let keys = 16;
+    let survivor = worker(&path, "patcher", 1, keys);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    for round in 0..30u64 {
+        let prefix = 2000 + round;
+        let victim = worker(&path, "patcher", prefix, keys);
+        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
+        let acked = victim.kill();
+        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
+        for i in 0..if acked.is_some() { keys } else { 0 } {
+            s.get_with(Key::new(prefix, i), |v| {
+                for c in 0..8u64 {
+                    let part = &v[(c * 512) as usize..(c as usize + 1) * 512];
+                    let r = u64::from_le_bytes(part[..8].try_into().expect("8 bytes"));
+                    assert_eq!(
+                        part,
+                        chunk(prefix, i, r, c).as_slice(),
+                        "key {i} chunk {c} torn"
+                    );
+                    assert!(
+                        acked.is_some_and(|a| r >= a),
+                        "key {i} chunk {c} at round {r}"
+                    );
+                }
+            })
+            .expect("get")
+            .expect("present");
+        }
+        assert_eq!(
+            s.verify().expect("verify").leaked_blocks,
+            0,
+            "round {round}"
+        );
+    }
+    assert!(
+        survivor.kill().is_some_and(|a| a > 0),
+        "the survivor made no progress"
+    );
     std::fs::remove_file(&path).ok();
 }

@@ -5,6 +5,8 @@
 //! - `overwriter VOLUME PREFIX KEYS`: write KEYS whole-block keys (PREFIX, 0..KEYS), then
 //!   overwrite all of them round after round (the in-place path of one writer partition),
 //!   committing after each round and printing `acked R` (see [`block`] for the contents).
+//! - `patcher VOLUME PREFIX KEYS`: like `overwriter`, but each round rewrites every key in eight
+//!   512-byte writes (in place when the store allows, else by copying the block; see [`chunk`]).
 //! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
 //!   wait for a line on stdin, then count the keys of prefix OTHER it sees and print `saw N`.
 
@@ -24,6 +26,14 @@ fn value(prefix: u64, i: u64) -> Vec<u8> {
 /// derived from (prefix, i, r) repeated, so a torn or foreign block is recognisable.
 fn block(prefix: u64, i: u64, r: u64) -> Vec<u8> {
     let mut b = vec![(prefix * 31 + i * 7 + r) as u8 | 1; 4096];
+    b[..8].copy_from_slice(&r.to_le_bytes());
+    b
+}
+
+/// Round `r` of 512-byte chunk `c` of key `i` in the patcher: the round in the first 8 bytes,
+/// then one byte derived from (prefix, i, r, c) repeated.
+fn chunk(prefix: u64, i: u64, r: u64, c: u64) -> Vec<u8> {
+    let mut b = vec![(prefix * 31 + i * 7 + r * 3 + c) as u8 | 1; 512];
     b[..8].copy_from_slice(&r.to_le_bytes());
     b
 }
@@ -79,6 +89,53 @@ fn run() -> Result<(), String> {
                     store
                         .put_block(Key::new(prefix, i), v.len(), |out| out.copy_from_slice(&v))
                         .map_err(|e| e.to_string())?;
+                }
+                store.commit().map_err(|e| e.to_string())?;
+                writeln!(out, "acked {r}").map_err(|e| e.to_string())?;
+                out.flush().map_err(|e| e.to_string())?;
+                r += 1;
+            }
+        }
+        "patcher" => {
+            let keys = num(&args, 4)?;
+            for i in 0..keys {
+                let mut v = Vec::new();
+                for c in 0..8 {
+                    v.extend(chunk(prefix, i, 0, c));
+                }
+                store
+                    .put_block(Key::new(prefix, i), v.len(), |out| out.copy_from_slice(&v))
+                    .map_err(|e| e.to_string())?;
+            }
+            store.commit().map_err(|e| e.to_string())?;
+            writeln!(out, "acked 0").map_err(|e| e.to_string())?;
+            let mut r = 1u64;
+            loop {
+                for i in 0..keys {
+                    for c in 0..8u64 {
+                        let data = chunk(prefix, i, r, c);
+                        let at = (c * 512) as usize;
+                        let k = Key::new(prefix, i);
+                        let none =
+                            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+                        let done = store
+                            .write_in_place(k, at, &data, none)
+                            .map_err(|e| e.to_string())?;
+                        if done.is_none() {
+                            store
+                                .put_sized(
+                                    k,
+                                    |old| old.unwrap_or(4096),
+                                    |old, out| {
+                                        if let Some(o) = old {
+                                            out.copy_from_slice(o);
+                                        }
+                                        out[at..at + 512].copy_from_slice(&data);
+                                    },
+                                )
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
                 }
                 store.commit().map_err(|e| e.to_string())?;
                 writeln!(out, "acked {r}").map_err(|e| e.to_string())?;
