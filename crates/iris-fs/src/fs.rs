@@ -75,7 +75,7 @@ fn size_and_times(
     end: u64,
     now: i64,
     after: &Cell<Option<Inode>>,
-) -> impl FnOnce(&[u8], bool, &mut iris_store::Patch) + '_ {
+) -> impl FnMut(&[u8], bool, &mut iris_store::Patch) + '_ {
     move |rec: &[u8], replaced: bool, p: &mut iris_store::Patch| {
         if let Ok(mut i) = Inode::decode(ino, rec) {
             i.size = i.size.max(end);
@@ -804,16 +804,14 @@ impl Fs {
             .map_err(store_err)?
     }
 
-    /// After a write that went through the store's in-place paths: the inode record as it is now,
-    /// into the cache, when the write knows it (`put.located` carries the stamp read under the
-    /// lock right after the write: unpatched, the record is `before`; patched, `after`).
+    /// After a write: the inode record as it is now, into the cache, when the store says the
+    /// write knows it exactly (`put.located` carries the stamp read under the lock right after
+    /// the write). The record is what the patch last computed (`after`), or, when the patch was
+    /// skipped without looking, `before`.
     fn refresh_inode_after(&self, before: &Inode, put: &BlockPut, after: Option<Inode>) {
-        if let Some((stamp, _)) = put.located {
-            match (put.patched, after) {
-                (false, _) => self.caches.put_inode(before, stamp),
-                (true, Some(i)) => self.caches.put_inode(&i, stamp),
-                (true, None) => {}
-            }
+        if let (Some((stamp, _)), true) = (put.located, put.exact) {
+            self.caches
+                .put_inode(after.as_ref().unwrap_or(before), stamp);
         }
     }
 

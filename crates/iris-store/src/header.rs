@@ -79,10 +79,17 @@ const _: () = assert!(PART_HINT >= MUTEX_BYTES_USED);
 /// Bytes of a pthread mutex (40 on x86-64 and AArch64 glibc), below the line's other words.
 const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u64;
 
-/// The writer partition of keys whose high word is `hi`.
+/// Keys sharing a high word and `lo >> REGION_BITS` share a writer partition: a file's blocks
+/// fall in 1 MiB regions (4 KiB blocks) spread over the partitions, so writers of different parts
+/// of one file take different locks.
+const REGION_BITS: u32 = 8;
+
+/// The writer partition of `key`.
 #[inline]
-pub(crate) fn partition_of(hi: u64) -> u64 {
-    stamp_bucket(hi) % PARTITIONS
+pub(crate) fn partition_of(key: crate::key::Key) -> u64 {
+    let h = key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (key.lo >> REGION_BITS).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    (h >> 32) % PARTITIONS
 }
 
 /// The change-stamp buckets an operation touched (one bit per bucket).
@@ -95,6 +102,13 @@ impl StampMask {
     pub fn touch(&mut self, hi: u64) {
         let b = stamp_bucket(hi);
         self.0[(b / 64) as usize] |= 1 << (b % 64);
+    }
+
+    /// Whether a change to a key with high word `hi` was noted.
+    #[inline]
+    pub fn has(&self, hi: u64) -> bool {
+        let b = stamp_bucket(hi);
+        self.0[(b / 64) as usize] & (1 << (b % 64)) != 0
     }
 }
 

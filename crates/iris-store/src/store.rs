@@ -93,7 +93,9 @@ pub struct ThenPatch<F> {
     /// reads this: the caller saw the value at that stamp and knows the patch would change
     /// nothing.
     pub unless_unchanged_since: Option<u64>,
-    /// Chooses the words from the old value; told whether the put replaced a value.
+    /// Chooses the words from the value it is given (the current one; it may be called more
+    /// than once, when a first attempt has to be redone holding more locks); told whether the
+    /// put replaced a value. A patch whose words already hold their values is not written.
     pub patch: F,
 }
 
@@ -109,6 +111,22 @@ pub struct BlockPut {
     /// The change stamp of the key's high word right after the put (and patch) and where the
     /// value now lives; `None` when the value went inline.
     pub located: Option<(u64, BlockRef)>,
+    /// Whether, at that stamp, the patched key holds exactly the value the caller's patch last
+    /// saw, patched if `patched` (or, if the patch was skipped unseen, the value it saw at
+    /// `unless_unchanged_since`): then the caller may cache it tagged with that stamp.
+    pub exact: bool,
+}
+
+/// Where [`ThenPatch`] goes, holding one partition's lock. (Lives on the stack for one call: the
+/// size of the in-place variant costs nothing, a box would cost an allocation.)
+#[allow(clippy::large_enum_variant)]
+enum PatchPlan {
+    /// Nothing to write: skipped, or every word already holds its value.
+    Nothing,
+    /// Words to write in place at the spot.
+    InPlace(crate::tree::Spot, Patch),
+    /// Only holding every lock.
+    Escalate,
 }
 
 /// Where an out-of-line value lives: valid for as long as the change stamp of its key's high
@@ -764,7 +782,7 @@ impl Store {
         key: Key,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
-        then: Option<ThenPatch<impl FnOnce(&[u8], bool, &mut Patch)>>,
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
     ) -> Result<BlockPut> {
         let inner = &*self.inner;
         inner.check_writable()?;
@@ -772,7 +790,7 @@ impl Store {
             // Inline-sized values go through the ordinary path.
             return self.put_block_under_lock(key, len, fill, then);
         }
-        let p = partition_of(key.hi);
+        let p = partition_of(key);
         let Some((block, slot)) = Self::reserve_block(inner, p)? else {
             // Every in-flight slot is busy: fill under the lock instead.
             return self.put_block_under_lock(key, len, fill, then);
@@ -826,13 +844,8 @@ impl Store {
             {
                 (true, false)
             }
-            Some(t) => {
-                let mut patch = Some(t.patch);
-                let found = Self::patch_locked(inner, t.key, |old, p| {
-                    if let Some(f) = patch.take() {
-                        f(old, replaced, p)
-                    }
-                })?;
+            Some(mut t) => {
+                let found = Self::patch_locked(inner, t.key, |old, p| (t.patch)(old, replaced, p))?;
                 (found, true)
             }
             None => (true, false),
@@ -850,6 +863,7 @@ impl Store {
                     len: len as u32,
                 },
             )),
+            exact: true,
         })
     }
 
@@ -897,7 +911,7 @@ impl Store {
     /// the patch is skipped or lands in place. `None` (nothing done, `then` untouched) when that
     /// is not so and the caller must take every lock.
     #[allow(clippy::too_many_arguments)]
-    fn publish_in_place<F: FnOnce(&[u8], bool, &mut Patch)>(
+    fn publish_in_place<F: FnMut(&[u8], bool, &mut Patch)>(
         inner: &Inner,
         p: u64,
         key: Key,
@@ -911,9 +925,11 @@ impl Store {
         if !txn.replaceable_in_place(&spot, len as u32)? {
             return Ok(None);
         }
-        let Some(patch_spot) = Self::plan_patch(inner, &txn, p, then)? else {
+        let s0 = inner.header.change_stamp(key.hi);
+        let plan = Self::plan_patch(inner, &txn, p, then)?;
+        if let PatchPlan::Escalate = plan {
             return Ok(None);
-        };
+        }
         // Committed to this path: the data block first, then the patch, one publish each.
         let gen = inner.header.working_gen();
         let val = Val::Block {
@@ -930,65 +946,60 @@ impl Store {
             inner.alloc.free_now(block);
             return Err(e);
         }
-        let result = Self::apply_patch(inner, &mut txn, patch_spot, then.take());
-        let patched = matches!(result, Ok(true));
+        let at = BlockRef {
+            block,
+            len: len as u32,
+        };
+        Self::finish_in_place(inner, txn, key, plan, s0, at).map(Some)
+    }
+
+    /// Apply the plan's patch, publish, and say what the caller may cache.
+    fn finish_in_place(
+        inner: &Inner,
+        mut txn: Txn<'_>,
+        key: Key,
+        plan: PatchPlan,
+        s0: u64,
+        at: BlockRef,
+    ) -> Result<BlockPut> {
+        let patched = match &plan {
+            PatchPlan::InPlace(spot, patch) => {
+                txn.patch_at(spot, &patch.words[..patch.count])? == Some(true)
+            }
+            _ => false,
+        };
+        let ours = u64::from(txn.touches(key.hi));
         txn.commit_publish();
-        result?;
-        Ok(Some(BlockPut {
+        let s1 = inner.header.change_stamp(key.hi);
+        Ok(BlockPut {
             found: true,
             replaced: true,
             patched,
-            located: Some((
-                inner.header.change_stamp(key.hi),
-                BlockRef {
-                    block,
-                    len: len as u32,
-                },
-            )),
-        }))
+            located: Some((s1, at)),
+            // Patched, this writer holds the patched key's partition: nobody else changed it.
+            // Else nobody may have moved the stamp between the looks at it.
+            exact: patched || s1 == s0 + ours,
+        })
     }
 
-    /// Where the patch of `then` goes in a transaction holding only partition `p`'s lock:
-    /// `Some(None)` when there is none to make (none asked, or skipped because its key's change
-    /// stamp still reads what the caller saw), `Some(Some(spot))` when it lands in place, `None`
-    /// when it cannot be made without every lock.
-    fn plan_patch<F>(
+    /// Where the patch of `then` goes in a transaction holding only partition `p`'s lock (the
+    /// put it follows replaced a value). The patch is skipped when its key's change stamp still
+    /// reads what the caller saw, and not written when every word already holds its value.
+    fn plan_patch<F: FnMut(&[u8], bool, &mut Patch)>(
         inner: &Inner,
         txn: &Txn<'_>,
         p: u64,
-        then: &Option<ThenPatch<F>>,
-    ) -> Result<Option<Option<crate::tree::Spot>>> {
-        let Some(t) = then.as_ref() else {
-            return Ok(Some(None));
+        then: &mut Option<ThenPatch<F>>,
+    ) -> Result<PatchPlan> {
+        let Some(t) = then.as_mut() else {
+            return Ok(PatchPlan::Nothing);
         };
-        if t.unless_unchanged_since
-            .is_some_and(|s| s == inner.header.change_stamp(t.key.hi))
-        {
-            return Ok(Some(None));
-        }
-        if partition_of(t.key.hi) != p {
-            return Ok(None);
+        if t.unless_unchanged_since == Some(inner.header.change_stamp(t.key.hi)) {
+            return Ok(PatchPlan::Nothing);
         }
         let spot = txn.locate(t.key)?;
-        if !txn.patchable_in_place(&spot)? {
-            return Ok(None);
-        }
-        Ok(Some(Some(spot)))
-    }
-
-    /// Make the patch `plan_patch` placed (the key was replaced, not added). Returns whether a
-    /// patch was applied.
-    fn apply_patch<F: FnOnce(&[u8], bool, &mut Patch)>(
-        inner: &Inner,
-        txn: &mut Txn<'_>,
-        spot: Option<crate::tree::Spot>,
-        then: Option<ThenPatch<F>>,
-    ) -> Result<bool> {
-        let (Some(spot), Some(t)) = (spot, then) else {
-            return Ok(false);
-        };
         let Some(old) = txn.value_at(&spot)? else {
-            return Ok(false);
+            return Ok(PatchPlan::Escalate);
         };
         let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
         let mut patch = Patch::default();
@@ -999,7 +1010,18 @@ impl Store {
                 "patch past the end of the value".into(),
             ));
         }
-        Ok(txn.patch_at(&spot, words)? == Some(true))
+        let holds = |off: usize, w: u64| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&old_bytes[off..off + 8]);
+            u64::from_le_bytes(b) == w
+        };
+        if words.iter().all(|&(off, w)| holds(off, w)) {
+            return Ok(PatchPlan::Nothing);
+        }
+        if partition_of(t.key) != p || !txn.patchable_in_place(&spot)? {
+            return Ok(PatchPlan::Escalate);
+        }
+        Ok(PatchPlan::InPlace(spot, patch))
     }
 
     /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make
@@ -1012,14 +1034,14 @@ impl Store {
         key: Key,
         offset: usize,
         data: &[u8],
-        then: Option<ThenPatch<impl FnOnce(&[u8], bool, &mut Patch)>>,
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
     ) -> Result<Option<BlockPut>> {
         let inner = &*self.inner;
         inner.check_writable()?;
         if data.len() as u64 > crate::undo::UNDO_MAX_BYTES {
             return Ok(None);
         }
-        let p = partition_of(key.hi);
+        let p = partition_of(key);
         let g = inner.lock_partition(p)?;
         if g.is_all() {
             return Ok(None);
@@ -1033,21 +1055,17 @@ impl Store {
         if gen != inner.header.working_gen() || end.is_none_or(|e| e > len as usize) {
             return Ok(None);
         }
-        let Some(patch_spot) = Self::plan_patch(inner, &txn, p, &then)? else {
+        let s0 = inner.header.change_stamp(key.hi);
+        let mut then = then;
+        let plan = Self::plan_patch(inner, &txn, p, &mut then)?;
+        if let PatchPlan::Escalate = plan {
             return Ok(None);
-        };
+        }
         inner.undo.write(p, block, offset as u64, data);
         inner.latency.on_write(1);
-        let result = Self::apply_patch(inner, &mut txn, patch_spot, then);
-        let patched = matches!(result, Ok(true));
-        txn.commit_publish();
-        result?;
-        Ok(Some(BlockPut {
-            found: true,
-            replaced: true,
-            patched,
-            located: Some((inner.header.change_stamp(key.hi), BlockRef { block, len })),
-        }))
+        // The stamp moves although the location does not: the bytes changed.
+        txn.touch(key.hi);
+        Self::finish_in_place(inner, txn, key, plan, s0, BlockRef { block, len }).map(Some)
     }
 
     /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,
@@ -1057,7 +1075,7 @@ impl Store {
         key: Key,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
-        then: Option<ThenPatch<impl FnOnce(&[u8], bool, &mut Patch)>>,
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
     ) -> Result<BlockPut> {
         let replaced = Cell::new(false);
         let mut fill = Some(fill);
@@ -1069,14 +1087,7 @@ impl Store {
         })?;
         let replaced = replaced.get();
         let found = match then {
-            Some(t) => {
-                let mut patch = Some(t.patch);
-                self.patch_with(t.key, |old, p| {
-                    if let Some(f) = patch.take() {
-                        f(old, replaced, p)
-                    }
-                })?
-            }
+            Some(mut t) => self.patch_with(t.key, |old, p| (t.patch)(old, replaced, p))?,
             None => true,
         };
         Ok(BlockPut {
@@ -1084,6 +1095,7 @@ impl Store {
             replaced,
             patched: true,
             located: None,
+            exact: false,
         })
     }
 
@@ -1093,7 +1105,7 @@ impl Store {
     pub fn patch_with(&self, key: Key, f: impl FnOnce(&[u8], &mut Patch)) -> Result<bool> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let p = partition_of(key.hi);
+        let p = partition_of(key);
         let g = inner.lock_partition(p)?;
         let _g = if g.is_all() {
             g

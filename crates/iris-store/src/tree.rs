@@ -207,6 +207,18 @@ impl<'a> Txn<'a> {
         )
     }
 
+    /// Note a change made outside the tree's own operations (bytes of a value rewritten where
+    /// they lie), so the publish moves the key's change stamp.
+    pub fn touch(&mut self, hi: u64) {
+        self.touched.touch(hi);
+    }
+
+    /// Whether this transaction changed a key whose high word is `hi` (so its publish moves that
+    /// key's change stamp by one).
+    pub fn touches(&self, hi: u64) -> bool {
+        self.touched.has(hi)
+    }
+
     /// Whether the inline value at `spot` can be patched word by word where it is.
     pub fn patchable_in_place(&self, spot: &Spot) -> Result<bool> {
         let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
