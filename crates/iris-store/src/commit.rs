@@ -137,8 +137,9 @@ fn seal(cx: &Ctx<'_>, node: Node, wgen: u64, runs: &mut Runs) -> Result<()> {
     if node.birth != wgen {
         return Ok(());
     }
+    // Only the slots marked dirty can hold what this generation wrote (see `Node::dirty_slots`).
     if node.is_leaf() {
-        for i in 0..node.count {
+        for i in node.dirty_slots() {
             if let Val::Block { block, gen, .. } = node.value(i)? {
                 if gen == wgen {
                     runs.add(block);
@@ -146,7 +147,7 @@ fn seal(cx: &Ctx<'_>, node: Node, wgen: u64, runs: &mut Runs) -> Result<()> {
             }
         }
     } else {
-        for i in 0..node.count {
+        for i in node.dirty_slots() {
             let child = cx.load(node.child(i), Some(node.level - 1))?;
             seal(cx, child, wgen, runs)?;
         }

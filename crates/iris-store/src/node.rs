@@ -28,6 +28,9 @@ const H_COUNT: u64 = 6;
 const H_BIRTH: u64 = 8;
 const H_CRC: u64 = 16;
 const H_HEAP: u64 = 20;
+/// Dirty-slot mask: bit `i % 64` set when slot `i` may hold a child or a data block born in the
+/// node's own generation, so a commit visits only those (see `commit::seal`). Readers ignore it.
+const H_DIRTY: u64 = 24;
 
 /// Where a value lives.
 #[derive(Clone, Copy, Debug)]
@@ -308,6 +311,10 @@ impl Node {
         self.region.copy_within(self.off, dst_off, self.bs);
         self.region.write_u64(dst_off + H_BIRTH, birth);
         self.region.write_u32(dst_off + H_CRC, 0);
+        if self.birth != birth {
+            // An older node's slots hold nothing of the new generation (yet).
+            self.region.write_u64(dst_off + H_DIRTY, 0);
+        }
         Node {
             block: dst,
             off: dst_off,
@@ -319,6 +326,25 @@ impl Node {
     /// Internal, unpublished node only: point slot `i` at `child`.
     pub fn set_child(&self, i: u16, child: u64) {
         self.region.write_u64(self.child_word_off(i), child);
+        self.mark_dirty(i);
+    }
+
+    /// Note that slot `i` may now hold something born in this node's generation (atomic: writers
+    /// of different partitions may change slots of one leaf at once).
+    #[inline]
+    pub fn mark_dirty(&self, i: u16) {
+        self.region
+            .atomic_u64(self.off + H_DIRTY)
+            .fetch_or(1 << (i % 64), std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The slots that may hold something born in this node's generation, ascending.
+    pub fn dirty_slots(&self) -> impl Iterator<Item = u16> + '_ {
+        let mask = self
+            .region
+            .atomic_u64(self.off + H_DIRTY)
+            .load(std::sync::atomic::Ordering::Acquire);
+        (0..self.count).filter(move |i| mask & (1 << (i % 64)) != 0)
     }
 
     /// Leaf, unpublished only: make slot `i` an out-of-line value.
@@ -328,6 +354,7 @@ impl Node {
         self.region.write_u64(at + 24, gen);
         self.region.write_u32(at + 32, len);
         self.region.write_u32(at + 36, FLAG_BLOCK);
+        self.mark_dirty(i);
     }
 
     /// Leaf, unpublished only: overwrite the inline value of slot `i` with `bytes` of the same
@@ -382,6 +409,8 @@ impl Node {
         let count = self.count + 1;
         self.region.write_u16(self.off + H_COUNT, count);
         self.region.write_u32(self.off + H_HEAP, new_heap as u32);
+        // Slots shifted: every one may now be dirty.
+        self.region.write_u64(self.off + H_DIRTY, u64::MAX);
         Some(Node { count, ..*self })
     }
 
@@ -428,7 +457,8 @@ impl NodeBuilder {
         region.write_u64(off + H_BIRTH, birth);
         region.write_u32(off + H_CRC, 0);
         region.write_u32(off + H_HEAP, bs as u32);
-        region.write_u64(off + 24, 0);
+        // A new node's children and values may all be new.
+        region.write_u64(off + H_DIRTY, u64::MAX);
         NodeBuilder {
             region,
             off,

@@ -8,7 +8,7 @@ use crate::layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 /// "IRISVOL\0"
 pub(crate) const SUPER_MAGIC: u64 = u64::from_le_bytes(*b"IRISVOL\0");
 /// On-volume format version this code reads and writes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Snapshot table capacity.
 pub const MAX_SNAPSHOTS: usize = 8;
 /// Longest snapshot name, in bytes.

@@ -339,6 +339,7 @@ impl<'a> Txn<'a> {
                         let at = leaf.value_word_off(i);
                         self.cx.region.publish_u64(at, block);
                         self.cx.region.write_u64(at + 8, gen);
+                        leaf.mark_dirty(i);
                         self.release_value(old);
                         return Ok(());
                     }
@@ -581,6 +582,7 @@ impl<'a> Txn<'a> {
                 self.cx
                     .region
                     .publish_u64(parent.child_word_off(idx), children.0[0].1);
+                parent.mark_dirty(idx);
                 return Ok(());
             }
             if children.1 == 1 {
