@@ -1,8 +1,9 @@
 //! Lookup caches of one process: inode records and the data-block locations of file blocks,
-//! each tagged with the store's change stamp of its inode (see `iris_store::Store::change_stamp`).
-//! An entry is used only while the stamp still reads the same, so a hit is exactly what a tree
-//! lookup would return, at the cost of a load or two instead of a descent. Any change to the
-//! inode's keys, by any process, moves the stamp and turns its entries into misses.
+//! tagged with the store's change stamp of the inode record and of the file's data respectively
+//! (see `iris_store::Store::change_stamp`). An entry is used only while its stamp still reads the
+//! same, so a hit is exactly what a tree lookup would return, at the cost of a load or two instead
+//! of a descent. Any change to those keys, by any process, moves the stamp and turns its entries
+//! into misses.
 //!
 //! Inode records sit in a direct-mapped table of seqlocked slots made of atomic words: many
 //! threads read and fill it without a lock; a slot being filled reads as a miss, and a fill that

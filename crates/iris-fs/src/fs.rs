@@ -352,7 +352,7 @@ impl Fs {
     /// The inode record of `ino` as `view` sees it, from the cache when its change stamp allows.
     #[inline]
     fn inode_in(&self, view: &View<'_>, ino: u64) -> FsResult<Inode> {
-        let stamp = view.change_stamp(ino);
+        let stamp = view.change_stamp(key(ino, Kind::Inode, 0));
         self.inode_at(view, ino, stamp)
     }
 
@@ -756,7 +756,9 @@ impl Fs {
         let bs = self.block_size;
         self.store
             .read(|view| {
-                let stamp = view.change_stamp(ino);
+                let stamp = view.change_stamp(key(ino, Kind::Inode, 0));
+                // The block map follows the data's stamp, which inode changes do not move.
+                let data_stamp = file.map(|_| view.change_stamp(key(ino, Kind::Data, 0)));
                 let inode = match self.inode_at(view, ino, stamp) {
                     Ok(i) => i,
                     Err(e) => return Ok(Err(e)),
@@ -771,7 +773,9 @@ impl Fs {
                     return Ok(Ok(Some(0)));
                 }
                 let n = (buf.len() as u64).min(inode.size - off) as usize;
-                let map = file.and_then(|f| Some((f, f.epoch(stamp)?)));
+                let map = file
+                    .zip(data_stamp)
+                    .and_then(|(f, s)| Some((f, f.epoch(s)?)));
                 let mut done = 0usize;
                 while done < n {
                     let pos = off + done as u64;
@@ -805,11 +809,11 @@ impl Fs {
     }
 
     /// After a write: the inode record as it is now, into the cache, when the store says the
-    /// write knows it exactly (`put.located` carries the stamp read under the lock right after
-    /// the write). The record is what the patch last computed (`after`), or, when the patch was
-    /// skipped without looking, `before`.
+    /// write knows it exactly (`put.patched_stamp`, the inode's stamp right after the write).
+    /// The record is what the patch last computed (`after`), or, when the patch was skipped
+    /// without looking, `before`.
     fn refresh_inode_after(&self, before: &Inode, put: &BlockPut, after: Option<Inode>) {
-        if let (Some((stamp, _)), true) = (put.located, put.exact) {
+        if let Some(stamp) = put.patched_stamp {
             self.caches
                 .put_inode(after.as_ref().unwrap_or(before), stamp);
         }
@@ -868,7 +872,7 @@ impl Fs {
                 let (stamp, inode) = self
                     .store
                     .read(|v| {
-                        let stamp = v.change_stamp(ino);
+                        let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
                         Ok((stamp, self.inode_at(v, ino, stamp)))
                     })
                     .map_err(store_err)?;
@@ -903,7 +907,7 @@ impl Fs {
                 let (stamp, inode) = self
                     .store
                     .read(|v| {
-                        let stamp = v.change_stamp(ino);
+                        let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
                         Ok((stamp, self.inode_at(v, ino, stamp)))
                     })
                     .map_err(store_err)?;

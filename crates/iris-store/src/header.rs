@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::key::Key;
 use crate::layout::Layout;
 use crate::region::Region;
 use crate::superblock::{SnapshotEntry, MAX_SNAPSHOTS, SNAP_ENTRY_BYTES};
@@ -86,7 +87,7 @@ const REGION_BITS: u32 = 8;
 
 /// The writer partition of `key`.
 #[inline]
-pub(crate) fn partition_of(key: crate::key::Key) -> u64 {
+pub(crate) fn partition_of(key: Key) -> u64 {
     let h = key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15)
         ^ (key.lo >> REGION_BITS).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
     (h >> 32) % PARTITIONS
@@ -97,25 +98,29 @@ pub(crate) fn partition_of(key: crate::key::Key) -> u64 {
 pub(crate) struct StampMask([u64; (STAMP_BUCKETS / 64) as usize]);
 
 impl StampMask {
-    /// Note a change to a key whose high word is `hi`.
+    /// Note a change to `key`.
     #[inline]
-    pub fn touch(&mut self, hi: u64) {
-        let b = stamp_bucket(hi);
+    pub fn touch(&mut self, key: Key) {
+        let b = stamp_bucket(key);
         self.0[(b / 64) as usize] |= 1 << (b % 64);
     }
 
-    /// Whether a change to a key with high word `hi` was noted.
+    /// Whether a change to a key sharing `key`'s stamp was noted.
     #[inline]
-    pub fn has(&self, hi: u64) -> bool {
-        let b = stamp_bucket(hi);
+    pub fn has(&self, key: Key) -> bool {
+        let b = stamp_bucket(key);
         self.0[(b / 64) as usize] & (1 << (b % 64)) != 0
     }
 }
 
-/// The bucket of key high word `hi` (keys sharing a high word share a stamp).
+/// The change-stamp bucket of `key`: keys sharing the high word and the top byte of the low word
+/// (the file layer's record kind: inode, directory entries, data, ...) share a stamp, so a file's
+/// data writes do not move its inode record's stamp.
 #[inline]
-pub(crate) fn stamp_bucket(hi: u64) -> u64 {
-    hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - STAMP_BUCKETS.trailing_zeros())
+pub(crate) fn stamp_bucket(key: Key) -> u64 {
+    let h = key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (key.lo >> 56).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    h >> (64 - STAMP_BUCKETS.trailing_zeros())
 }
 
 /// Header words updated with atomic read-modify-write by writers of different partitions.
@@ -247,13 +252,13 @@ impl Header {
         }
     }
 
-    /// The change stamp of keys whose high word is `hi`: it moves (under the volume lock) after
-    /// every published change of such a key and before the old value's blocks can be reused, so
-    /// a value location learned while the stamp read `s` stays valid for as long as it reads `s`.
+    /// The change stamp of `key` (see [`stamp_bucket`]): it moves after every published change
+    /// of a key in its bucket, and before the old value's blocks can be reused, so a value
+    /// location learned while the stamp read `s` stays valid for as long as it reads `s`.
     #[inline]
-    pub fn change_stamp(&self, hi: u64) -> u64 {
+    pub fn change_stamp(&self, key: Key) -> u64 {
         self.region
-            .atomic_u64(self.off + CHANGE_STAMPS + stamp_bucket(hi) * 8)
+            .atomic_u64(self.off + CHANGE_STAMPS + stamp_bucket(key) * 8)
             .load(Ordering::SeqCst)
     }
 

@@ -108,13 +108,14 @@ pub struct BlockPut {
     pub replaced: bool,
     /// Whether a patch was applied.
     pub patched: bool,
-    /// The change stamp of the key's high word right after the put (and patch) and where the
-    /// value now lives; `None` when the value went inline.
+    /// The change stamp of the put key right after the put and where the value now lives;
+    /// `None` when the value went inline.
     pub located: Option<(u64, BlockRef)>,
-    /// Whether, at that stamp, the patched key holds exactly the value the caller's patch last
-    /// saw, patched if `patched` (or, if the patch was skipped unseen, the value it saw at
-    /// `unless_unchanged_since`): then the caller may cache it tagged with that stamp.
-    pub exact: bool,
+    /// The change stamp of the patched key right after the write, when at that stamp the key
+    /// holds exactly the value the caller's patch last saw, patched if `patched` (or, if the
+    /// patch was skipped unseen, the value it saw at `unless_unchanged_since`): the caller may
+    /// cache that value tagged with this stamp.
+    pub patched_stamp: Option<u64>,
 }
 
 /// Where [`ThenPatch`] goes, holding one partition's lock. (Lives on the stack for one call: the
@@ -816,7 +817,8 @@ impl Store {
             inner.lock()?
         };
         inner.alloc.readers().unreserve(slot);
-        let stamp_before = then.as_ref().map(|t| inner.header.change_stamp(t.key.hi));
+        let patch_key = then.as_ref().map(|t| t.key);
+        let stamp_before = patch_key.map(|k| inner.header.change_stamp(k));
         let mut txn = Txn::begin(inner.cx(), false);
         let gen = inner.header.working_gen();
         let replaced = match txn.put(
@@ -850,12 +852,14 @@ impl Store {
             }
             None => (true, false),
         };
-        let stamp = inner.header.change_stamp(key.hi);
+        let stamp = inner.header.change_stamp(key);
+        let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
         drop(g);
         Ok(BlockPut {
             found,
             replaced,
             patched,
+            patched_stamp,
             located: Some((
                 stamp,
                 BlockRef {
@@ -863,7 +867,6 @@ impl Store {
                     len: len as u32,
                 },
             )),
-            exact: true,
         })
     }
 
@@ -925,7 +928,8 @@ impl Store {
         if !txn.replaceable_in_place(&spot, len as u32)? {
             return Ok(None);
         }
-        let s0 = inner.header.change_stamp(key.hi);
+        let patch_key = then.as_ref().map(|t| t.key);
+        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
         let plan = Self::plan_patch(inner, &txn, p, then)?;
         if let PatchPlan::Escalate = plan {
             return Ok(None);
@@ -950,35 +954,39 @@ impl Store {
             block,
             len: len as u32,
         };
-        Self::finish_in_place(inner, txn, key, plan, s0, at).map(Some)
+        Self::finish_in_place(inner, txn, key, patch_key.zip(s0), plan, at).map(Some)
     }
 
-    /// Apply the plan's patch, publish, and say what the caller may cache.
+    /// Apply the plan's patch, publish, and say what the caller may cache. `patch` is the
+    /// patched key and its change stamp read before the plan.
     fn finish_in_place(
         inner: &Inner,
         mut txn: Txn<'_>,
         key: Key,
+        patch: Option<(Key, u64)>,
         plan: PatchPlan,
-        s0: u64,
         at: BlockRef,
     ) -> Result<BlockPut> {
         let patched = match &plan {
-            PatchPlan::InPlace(spot, patch) => {
-                txn.patch_at(spot, &patch.words[..patch.count])? == Some(true)
+            PatchPlan::InPlace(spot, words) => {
+                txn.patch_at(spot, &words.words[..words.count])? == Some(true)
             }
             _ => false,
         };
-        let ours = u64::from(txn.touches(key.hi));
+        let ours = patch.map(|(k, _)| u64::from(txn.touches(k)));
         txn.commit_publish();
-        let s1 = inner.header.change_stamp(key.hi);
+        let patched_stamp = patch.and_then(|(k, s0)| {
+            let s1 = inner.header.change_stamp(k);
+            // Patched, this writer holds the patched key's partition: nobody else changed it.
+            // Else nobody may have moved its stamp between the looks at it.
+            (patched || Some(s1) == ours.map(|o| s0 + o)).then_some(s1)
+        });
         Ok(BlockPut {
             found: true,
             replaced: true,
             patched,
-            located: Some((s1, at)),
-            // Patched, this writer holds the patched key's partition: nobody else changed it.
-            // Else nobody may have moved the stamp between the looks at it.
-            exact: patched || s1 == s0 + ours,
+            located: Some((inner.header.change_stamp(key), at)),
+            patched_stamp,
         })
     }
 
@@ -994,7 +1002,7 @@ impl Store {
         let Some(t) = then.as_mut() else {
             return Ok(PatchPlan::Nothing);
         };
-        if t.unless_unchanged_since == Some(inner.header.change_stamp(t.key.hi)) {
+        if t.unless_unchanged_since == Some(inner.header.change_stamp(t.key)) {
             return Ok(PatchPlan::Nothing);
         }
         let spot = txn.locate(t.key)?;
@@ -1055,7 +1063,8 @@ impl Store {
         if gen != inner.header.working_gen() || end.is_none_or(|e| e > len as usize) {
             return Ok(None);
         }
-        let s0 = inner.header.change_stamp(key.hi);
+        let patch_key = then.as_ref().map(|t| t.key);
+        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
         let mut then = then;
         let plan = Self::plan_patch(inner, &txn, p, &mut then)?;
         if let PatchPlan::Escalate = plan {
@@ -1064,8 +1073,9 @@ impl Store {
         inner.undo.write(p, block, offset as u64, data);
         inner.latency.on_write(1);
         // The stamp moves although the location does not: the bytes changed.
-        txn.touch(key.hi);
-        Self::finish_in_place(inner, txn, key, plan, s0, BlockRef { block, len }).map(Some)
+        txn.touch(key);
+        let at = BlockRef { block, len };
+        Self::finish_in_place(inner, txn, key, patch_key.zip(s0), plan, at).map(Some)
     }
 
     /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,
@@ -1095,7 +1105,7 @@ impl Store {
             replaced,
             patched: true,
             located: None,
-            exact: false,
+            patched_stamp: None,
         })
     }
 
@@ -1305,12 +1315,13 @@ impl Store {
         f(&view)
     }
 
-    /// The change stamp of keys whose high word is `hi`: a counter in the shared header that moves
-    /// after every published change of such a key, before the old value's data block can be
-    /// reused. A location learned by a lookup made after reading stamp `s` stays valid while the
-    /// stamp reads `s` (read both inside one read section), which lets callers cache lookups.
-    pub fn change_stamp(&self, hi: u64) -> u64 {
-        self.inner.header.change_stamp(hi)
+    /// The change stamp of `key`: a counter in the shared header that moves after every published
+    /// change of a key in its bucket (keys sharing the high word and the top byte of the low
+    /// word), before the old value's data block can be reused. A value or location learned by a
+    /// lookup made after reading stamp `s` stays valid while the stamp reads `s` (read both
+    /// inside one read section), which lets callers cache lookups.
+    pub fn change_stamp(&self, key: Key) -> u64 {
+        self.inner.header.change_stamp(key)
     }
 
     /// Visit keys in `[start, end)` in ascending order until `f` returns false.
@@ -1588,11 +1599,11 @@ impl View<'_> {
         }
     }
 
-    /// The change stamp of keys whose high word is `hi` (see [`Store::change_stamp`]). Read it
-    /// before a lookup whose result is cached, and tag the result with it.
+    /// The change stamp of `key` (see [`Store::change_stamp`]). Read it before a lookup whose
+    /// result is cached, and tag the result with it.
     #[inline]
-    pub fn change_stamp(&self, hi: u64) -> u64 {
-        self.inner.header.change_stamp(hi)
+    pub fn change_stamp(&self, key: Key) -> u64 {
+        self.inner.header.change_stamp(key)
     }
 
     /// Where the value of `key` lives: its bytes if inline, its data block if out of line.

@@ -209,14 +209,14 @@ impl<'a> Txn<'a> {
 
     /// Note a change made outside the tree's own operations (bytes of a value rewritten where
     /// they lie), so the publish moves the key's change stamp.
-    pub fn touch(&mut self, hi: u64) {
-        self.touched.touch(hi);
+    pub fn touch(&mut self, key: Key) {
+        self.touched.touch(key);
     }
 
-    /// Whether this transaction changed a key whose high word is `hi` (so its publish moves that
-    /// key's change stamp by one).
-    pub fn touches(&self, hi: u64) -> bool {
-        self.touched.has(hi)
+    /// Whether this transaction changed a key sharing `key`'s change stamp (so its publish moves
+    /// that stamp by one).
+    pub fn touches(&self, key: Key) -> bool {
+        self.touched.has(key)
     }
 
     /// Whether the inline value at `spot` can be patched word by word where it is.
@@ -318,7 +318,7 @@ impl<'a> Txn<'a> {
     /// Insert or replace `key` at the spot `locate` found (nothing changed the tree since; the
     /// allocator may have).
     pub fn put_at(&mut self, spot: &Spot, key: Key, val: Val<'_>) -> Result<()> {
-        self.touched.touch(key.hi);
+        self.touched.touch(key);
         let Some((path, depth, leaf)) = spot.path.as_ref() else {
             let b = self.alloc()?;
             let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
@@ -443,7 +443,7 @@ impl<'a> Txn<'a> {
         if !self.writable_in_place(&leaf) || words.iter().any(|(off, _)| off + 8 > bytes.len()) {
             return Ok(Some(false));
         }
-        self.touched.touch(leaf.key(i).hi);
+        self.touched.touch(leaf.key(i));
         let at = leaf.inline_value_off(i);
         for (off, w) in words {
             self.cx.region.write_u64(at + *off as u64, w.to_le());
@@ -461,7 +461,7 @@ impl<'a> Txn<'a> {
             return Ok(false);
         };
         let old = extend(leaf.value(i)?);
-        self.touched.touch(key.hi);
+        self.touched.touch(key);
         let children = if leaf.count == 1 {
             ([(Key::MIN, 0); 2], 0)
         } else {

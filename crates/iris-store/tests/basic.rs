@@ -552,7 +552,7 @@ fn blocks_filled_outside_the_lock_survive_concurrent_garbage_collection() {
 fn change_stamps_move_with_every_change_of_their_keys() {
     let (_sim, s) = sim_store(8 << 20, 4096);
     let hi = |h: u64| Key::new(h, 0);
-    let stamp = |h: u64| s.change_stamp(h);
+    let stamp = |h: u64| s.change_stamp(Key::new(h, 0));
     let before = stamp(5);
     s.put(hi(5), b"inline value 16b").expect("put");
     let after_put = stamp(5);
@@ -577,6 +577,11 @@ fn change_stamps_move_with_every_change_of_their_keys() {
     s.commit().expect("commit");
     assert!(!s.delete(Key::new(5, 99)).expect("delete"));
     assert_eq!(stamp(5), at);
+    // Keys of another kind (top byte of the low word) have their own stamp.
+    let data = s.change_stamp(Key::new(5, 2 << 56));
+    s.put(Key::new(5, (2 << 56) | 7), b"data").expect("put");
+    assert!(s.change_stamp(Key::new(5, 2 << 56)) > data);
+    assert_eq!(stamp(5), at, "a change of another kind leaves this stamp");
     // A rollback may change anything: every stamp moves.
     s.snapshot_create("snap").expect("snapshot");
     let others: Vec<u64> = (100..164).map(stamp).collect();
@@ -601,7 +606,7 @@ fn a_located_block_stays_valid_while_its_stamp_holds() {
     let (stamp, at) = put.located.expect("out of line");
     assert!(!put.replaced);
     s.read(|v| {
-        assert_eq!(v.change_stamp(9), stamp, "the stamp returned is current");
+        assert_eq!(v.change_stamp(key), stamp, "the stamp returned is current");
         assert!(matches!(v.get_located(key)?, Some(iris_store::Located::Block(b)) if b == at));
         assert!(v.block_bytes(at)?.iter().all(|&b| b == 1));
         Ok(())
@@ -650,15 +655,15 @@ fn a_patch_is_skipped_only_while_the_stamp_holds() {
         u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
     };
     // The key did not exist: the patch runs even when asked to skip.
-    let first = put(Some(s.change_stamp(3)), 1);
+    let first = put(Some(s.change_stamp(meta)), 1);
     assert!(first.patched && !first.replaced);
     assert_eq!(meta_word(), 1);
     // Replaced, stamp unchanged since the caller looked: skipped.
-    let second = put(Some(s.change_stamp(3)), 2);
+    let second = put(Some(s.change_stamp(meta)), 2);
     assert!(!second.patched && second.replaced);
     assert_eq!(meta_word(), 1);
     // A stale stamp (something changed since): patched.
-    let stale = s.change_stamp(3);
+    let stale = s.change_stamp(meta);
     s.put(Key::new(3, 20), b"other").expect("put");
     let third = put(Some(stale), 3);
     assert!(third.patched);
