@@ -271,3 +271,48 @@ fn a_program_that_exits_leaves_its_writes_committed() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("uncommitted:     no"), "{text}");
 }
+
+/// OFD locks belong to the open file description: two opens in one process conflict, an OFD
+/// lock and a classic record lock conflict, and closing the description drops its locks. The
+/// same script runs on tmpfs (through the kernel) and on Iris, and must print the same.
+#[test]
+fn ofd_locks_belong_to_the_description_as_on_linux() {
+    let v = Volume::new("ofd");
+    let script = |dir: &str| {
+        format!(
+            r#"python3 -c '
+import errno, fcntl, os, struct
+def lk(fd, cmd, kind, start, n):
+    try:
+        fcntl.fcntl(fd, cmd, struct.pack("hhxxxxqqixxxx", kind, 0, start, n, 0))
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+p = "{dir}/ofd"
+open(p, "w").write("x" * 100)
+a = os.open(p, os.O_RDWR)
+b = os.open(p, os.O_RDWR)
+print(lk(a, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, 0, 10))
+print(lk(b, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, 5, 10))
+print(lk(b, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, 10, 10))
+print(lk(b, fcntl.F_SETLK, fcntl.F_WRLCK, 0, 1))
+print(lk(b, fcntl.F_SETLK, fcntl.F_WRLCK, 50, 1))
+os.close(a)
+print(lk(b, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, 0, 10))
+'"#
+        )
+    };
+    let host = format!("/dev/shm/iris-ofd-{}", std::process::id());
+    std::fs::create_dir_all(&host).expect("host dir");
+    let kernel = Command::new("sh")
+        .args(["-c", &script(&host)])
+        .output()
+        .expect("python on tmpfs");
+    let _ = std::fs::remove_dir_all(&host);
+    let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
+    assert_eq!(
+        kernel, "ok\nEAGAIN\nok\nEAGAIN\nok\nok\n",
+        "what Linux does"
+    );
+    assert_eq!(v.sh_ok(&script("/iris")), kernel);
+}

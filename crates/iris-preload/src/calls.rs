@@ -95,6 +95,7 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         desc,
         path: abs,
         flock_fd: std::sync::atomic::AtomicI32::new(-1),
+        ofd_fd: std::sync::atomic::AtomicI32::new(-1),
     });
     fdtable::install(fd, file);
     fd
@@ -162,8 +163,8 @@ fn file_size(fs: &Fs, ino: u64) -> Result<u64, Errno> {
 /// Drop one reference to a description; the last one releases the inode (and its flock).
 fn drop_file(file: Arc<OpenFile>) {
     if Arc::strong_count(&file) == 1 {
-        if let Some(fd) = file.flock_fd() {
-            // SAFETY: closing the description's own flock-file fd drops its flock.
+        for fd in [file.flock_fd(), file.ofd_fd()].into_iter().flatten() {
+            // SAFETY: closing the description's own lock-file fds drops its flock and OFD locks.
             unsafe { real::close(fd) };
         }
     }

@@ -59,6 +59,7 @@ extern "C" fn on_load() {
                 desc,
                 path: None,
                 flock_fd: std::sync::atomic::AtomicI32::new(-1),
+                ofd_fd: std::sync::atomic::AtomicI32::new(-1),
             }),
         );
     }

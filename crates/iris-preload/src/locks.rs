@@ -3,9 +3,12 @@
 //! `WINDOW_BYTES` in a per-volume lock file in /dev/shm, and a lock on bytes [s, e) of inode N is a
 //! kernel lock on [N * WINDOW + s, N * WINDOW + e) of that file. The kernel then provides
 //! conflicts, waiting, deadlock detection (EDEADLK), F_GETLK's owner pid, and release when a
-//! process dies. flock locks use a second lock file with OFD locks, one kernel open file per Iris
-//! description, so they follow flock's per-description semantics and never conflict with fcntl
-//! locks (as on Linux).
+//! process dies. Classic record locks go through one open of the lock file per process (they
+//! belong to the process); OFD locks through one open per Iris description (they belong to the
+//! description, so two descriptions conflict even within one process), on the same file, so the
+//! two kinds conflict with each other as on Linux. flock locks use a second lock file with OFD
+//! locks, one kernel open file per Iris description, so they follow flock's per-description
+//! semantics and never conflict with fcntl locks (as on Linux).
 //!
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
 //! beyond are clamped to the window's end).
@@ -48,6 +51,30 @@ fn record_fd() -> Option<c_int> {
     })
 }
 
+/// The description's own open of lock file `kind`, opened on first use and kept in the slot
+/// `get`/`set` reach (closed with the description).
+fn description_fd(
+    file: &OpenFile,
+    kind: &str,
+    get: fn(&OpenFile) -> Option<c_int>,
+    set: fn(&OpenFile, c_int) -> c_int,
+) -> Option<c_int> {
+    if let Some(fd) = get(file) {
+        return Some(fd);
+    }
+    let _b = Busy::enter();
+    let path = lock_file(kind)?;
+    // SAFETY: a NUL-terminated path; libc's own open.
+    let fd = unsafe {
+        real::open(
+            path.as_ptr().cast(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o666,
+        )
+    };
+    (fd >= 0).then(|| set(file, fd))
+}
+
 /// Map an Iris lock request to the lock file: absolute start and length within the window.
 fn window(file: &OpenFile, lk: &Flock) -> Result<(i64, i64), i32> {
     if file.ino >= MAX_INO {
@@ -87,7 +114,16 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
     if lk.is_null() {
         return crate::errno::fail(libc::EFAULT);
     }
-    let Some(fd) = record_fd() else {
+    let ofd = matches!(
+        cmd,
+        libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK
+    );
+    let fd = if ofd {
+        description_fd(file, "locks", OpenFile::ofd_fd, OpenFile::set_ofd_fd)
+    } else {
+        record_fd()
+    };
+    let Some(fd) = fd else {
         return crate::errno::fail(libc::ENOLCK);
     };
     // SAFETY: record-lock commands pass a struct flock pointer.
@@ -141,26 +177,9 @@ pub(crate) fn flock(file: &OpenFile, op: c_int) -> c_int {
     if file.ino >= MAX_INO {
         return crate::errno::fail(libc::ENOLCK);
     }
-    let fd = match file.flock_fd() {
-        Some(fd) => fd,
-        None => {
-            let _b = Busy::enter();
-            let Some(path) = lock_file("flocks") else {
-                return crate::errno::fail(libc::ENOLCK);
-            };
-            // SAFETY: a NUL-terminated path; libc's own open.
-            let fd = unsafe {
-                real::open(
-                    path.as_ptr().cast(),
-                    libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-                    0o666,
-                )
-            };
-            if fd < 0 {
-                return -1;
-            }
-            file.set_flock_fd(fd)
-        }
+    let Some(fd) = description_fd(file, "flocks", OpenFile::flock_fd, OpenFile::set_flock_fd)
+    else {
+        return crate::errno::fail(libc::ENOLCK);
     };
     let nonblock = op & libc::LOCK_NB != 0;
     let kind = match op & !libc::LOCK_NB {
