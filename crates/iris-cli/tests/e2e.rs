@@ -316,3 +316,46 @@ print(lk(b, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, 0, 10))
     );
     assert_eq!(v.sh_ok(&script("/iris")), kernel);
 }
+
+/// tmpfile(3) makes its file in /tmp with calls glibc keeps to itself: with /tmp under an Iris
+/// prefix, the interposer makes it in the volume, unnamed (same device as the volume's /tmp, no
+/// link, no name in the directory), and the stream reads back what was written.
+#[test]
+fn tmpfile_lands_in_iris_when_tmp_is_an_iris_prefix() {
+    let v = Volume::new("tmpfile");
+    let script = r#"mkdir -p /tmp && python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None)
+libc.tmpfile.restype = ctypes.c_void_p
+for name in ("fputs", "fflush", "fileno", "rewind", "fgets", "fclose"):
+    getattr(libc, name).argtypes = [ctypes.c_char_p, ctypes.c_void_p] if name == "fputs" else [ctypes.c_void_p] if name != "fgets" else [ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]
+f = libc.tmpfile()
+assert f, "tmpfile failed"
+libc.fputs(b"hello tmpfile", f)
+libc.fflush(f)
+st = os.fstat(libc.fileno(f))
+print(st.st_dev == os.stat("/tmp").st_dev, st.st_nlink, st.st_size)
+libc.rewind(f)
+buf = ctypes.create_string_buffer(64)
+libc.fgets(buf, 64, f)
+print(buf.value.decode())
+libc.fclose(f)
+print(sorted(os.listdir("/tmp")))
+'"#;
+    let out = Command::new(IRIS)
+        .args(["run", "--volume"])
+        .arg(&v.0)
+        .args(["--mount", "/iris", "--mount", "/tmp"])
+        .args(["--", "sh", "-c", script])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "True 0 13\nhello tmpfile\n[]\n"
+    );
+}

@@ -289,6 +289,52 @@ unsafe fn make_temp(template: *mut c_char, suffix_len: c_int, flags: c_int, dir:
     fail(libc::EEXIST)
 }
 
+/// The directory glibc's tmpfile(3) puts its file in (`P_tmpdir`).
+const TMPFILE_DIR: &[u8] = b"/tmp\0";
+
+/// tmpfile(3): glibc makes the file in /tmp with internal calls an interposer cannot see, so when
+/// /tmp is under an Iris mount prefix the file is made here instead: unnamed (O_TMPFILE) in the
+/// volume, as a stream over an Iris fd.
+unsafe fn tmpfile_any(real: unsafe fn() -> *mut libc::FILE) -> *mut libc::FILE {
+    // SAFETY: a NUL-terminated constant path.
+    match unsafe { target(TMPFILE_DIR.as_ptr().cast()) } {
+        Target::Iris { .. } => {
+            // SAFETY: our own open on a constant path.
+            let fd = unsafe {
+                crate::calls::open(
+                    TMPFILE_DIR.as_ptr().cast(),
+                    libc::O_RDWR | libc::O_TMPFILE,
+                    0o600,
+                )
+            };
+            if fd < 0 {
+                return std::ptr::null_mut();
+            }
+            // SAFETY: an Iris fd we own and a constant mode.
+            let f = unsafe { crate::stdio::fdopen(fd, b"w+\0".as_ptr().cast()) };
+            if f.is_null() {
+                // SAFETY: our fd.
+                unsafe { crate::calls::close(fd) };
+            }
+            f
+        }
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real() },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn tmpfile() -> *mut libc::FILE {
+    // SAFETY: see tmpfile_any.
+    unsafe { tmpfile_any(real::tmpfile) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn tmpfile64() -> *mut libc::FILE {
+    // SAFETY: see tmpfile_any.
+    unsafe { tmpfile_any(real::tmpfile64) }
+}
+
 macro_rules! mkstemp_fn {
     ($name:ident, $real:ident) => {
         #[no_mangle]

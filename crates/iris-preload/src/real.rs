@@ -630,6 +630,18 @@ real_fn!(
     -1
 );
 real_fn!(mkstemp, "mkstemp", fn(t: *mut c_char) -> c_int, -1);
+real_fn!(
+    tmpfile,
+    "tmpfile",
+    fn() -> *mut libc::FILE,
+    std::ptr::null_mut()
+);
+real_fn!(
+    tmpfile64,
+    "tmpfile64",
+    fn() -> *mut libc::FILE,
+    std::ptr::null_mut()
+);
 real_fn!(mkstemp64, "mkstemp64", fn(t: *mut c_char) -> c_int, -1);
 real_fn!(
     mkostemp,
