@@ -311,7 +311,7 @@ unsafe fn tmpfile_any(real: unsafe fn() -> *mut libc::FILE) -> *mut libc::FILE {
                 return std::ptr::null_mut();
             }
             // SAFETY: an Iris fd we own and a constant mode.
-            let f = unsafe { crate::stdio::fdopen(fd, b"w+\0".as_ptr().cast()) };
+            let f = unsafe { crate::stdio::fdopen(fd, c"w+".as_ptr()) };
             if f.is_null() {
                 // SAFETY: our fd.
                 unsafe { crate::calls::close(fd) };
