@@ -347,6 +347,8 @@ print(sorted(os.listdir("/tmp")))
         .arg(&v.0)
         .args(["--mount", "/iris", "--mount", "/tmp"])
         .args(["--", "sh", "-c", script])
+        // Outside /tmp: the checkout may live there, and /tmp is the volume's now.
+        .current_dir("/")
         .output()
         .expect("run");
     assert!(
