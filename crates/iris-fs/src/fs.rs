@@ -808,6 +808,33 @@ impl Fs {
             .map_err(store_err)?
     }
 
+    /// The inode a one-block write to `ino` ending at `end` at time `now` starts from, and the
+    /// change stamp under which its patch may be skipped: times move at the clock's coarse tick,
+    /// as the kernel's do, so within one tick a write that does not extend the file leaves the
+    /// inode as it is (no second lookup), provided nothing changed it since it was read (the
+    /// store checks). `None` when the bytes live in a shadow file and `honor_shadow` is set.
+    fn inode_for_write(
+        &self,
+        ino: u64,
+        end: u64,
+        now: i64,
+        honor_shadow: bool,
+    ) -> FsResult<Option<(Inode, Option<u64>)>> {
+        let (stamp, inode) = self
+            .store
+            .read(|v| {
+                let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
+                Ok((stamp, self.inode_at(v, ino, stamp)))
+            })
+            .map_err(store_err)?;
+        let inode = inode?;
+        if honor_shadow && inode.is_shadowed() {
+            return Ok(None);
+        }
+        let unchanged = inode.size >= end && inode.mtime_ns == now && inode.ctime_ns == now;
+        Ok(Some((inode, unchanged.then_some(stamp))))
+    }
+
     /// After a write: the inode record as it is now, into the cache, when the store says the
     /// write knows it exactly (`put.patched_stamp`, the inode's stamp right after the write).
     /// The record is what the patch last computed (`after`), or, when the patch was skipped
@@ -869,21 +896,9 @@ impl Fs {
             if in_block == 0 && data.len() == bs as usize {
                 // A whole block: no old bytes to keep, so the copy runs outside the lock, and
                 // the inode's size and times follow in the same lock hold as the publish.
-                let (stamp, inode) = self
-                    .store
-                    .read(|v| {
-                        let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
-                        Ok((stamp, self.inode_at(v, ino, stamp)))
-                    })
-                    .map_err(store_err)?;
-                let inode = inode?;
-                if honor_shadow && inode.is_shadowed() {
+                let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
                     return Ok(None);
-                }
-                // Times move at the clock's coarse tick, as the kernel's do: within one tick a
-                // write that does not extend the file leaves the inode as it is (no second
-                // lookup), provided nothing changed it since it was read (the store checks).
-                let unchanged = inode.size >= end && inode.mtime_ns == now && inode.ctime_ns == now;
+                };
                 let after = Cell::new(None);
                 let put = self
                     .store
@@ -893,7 +908,7 @@ impl Fs {
                         |out| iris_store::copy_streaming(out, data),
                         Some(ThenPatch {
                             key: key(ino, Kind::Inode, 0),
-                            unless_unchanged_since: unchanged.then_some(stamp),
+                            unless_unchanged_since: skip,
                             patch: size_and_times(ino, end, now, &after),
                         }),
                     )
@@ -904,19 +919,10 @@ impl Fs {
                 self.refresh_inode_after(&inode, &put, after.get());
                 return Ok(Some(data.len()));
             } else {
-                let (stamp, inode) = self
-                    .store
-                    .read(|v| {
-                        let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
-                        Ok((stamp, self.inode_at(v, ino, stamp)))
-                    })
-                    .map_err(store_err)?;
-                let inode = inode?;
-                if honor_shadow && inode.is_shadowed() {
+                let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
                     return Ok(None);
-                }
+                };
                 // A small write into a block written since the last commit lands where it is.
-                let unchanged = inode.size >= end && inode.mtime_ns == now && inode.ctime_ns == now;
                 let after = Cell::new(None);
                 let done = self
                     .store
@@ -926,7 +932,7 @@ impl Fs {
                         data,
                         Some(ThenPatch {
                             key: key(ino, Kind::Inode, 0),
-                            unless_unchanged_since: unchanged.then_some(stamp),
+                            unless_unchanged_since: skip,
                             patch: size_and_times(ino, end, now, &after),
                         }),
                     )
