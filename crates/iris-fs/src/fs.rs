@@ -721,6 +721,7 @@ impl Fs {
 
     /// [`Fs::read_unless_shadowed`] through the block map of an open file.
     pub fn read_file(&self, file: &FileCache, off: u64, buf: &mut [u8]) -> FsResult<Option<usize>> {
+        file.prefetch(off >> self.block_size.trailing_zeros());
         self.read_impl(file.ino(), off, buf, true, Some(file))
     }
 
@@ -779,8 +780,9 @@ impl Fs {
                 let mut done = 0usize;
                 while done < n {
                     let pos = off + done as u64;
-                    let block = pos / bs;
-                    let in_block = (pos % bs) as usize;
+                    // Block sizes are powers of two: shifts, not divisions, on the hot path.
+                    let block = pos >> bs.trailing_zeros();
+                    let in_block = (pos & (bs - 1)) as usize;
                     let chunk = (bs as usize - in_block).min(n - done);
                     let out = &mut buf[done..done + chunk];
                     let at = match map.and_then(|(f, e)| f.get(block, e)) {
