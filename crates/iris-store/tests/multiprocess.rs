@@ -20,7 +20,23 @@ fn value(prefix: u64, i: u64) -> Vec<u8> {
         .collect()
 }
 
-fn volume(name: &str) -> std::path::PathBuf {
+/// A scratch volume, removed when the test ends, passing or not.
+struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn volume(name: &str) -> Scratch {
     let p = std::env::temp_dir().join(format!("iris-mp-{}-{name}.vol", std::process::id()));
     let _ = std::fs::remove_file(&p);
     let opts = CreateOptions {
@@ -29,7 +45,7 @@ fn volume(name: &str) -> std::path::PathBuf {
         ..CreateOptions::default()
     };
     drop(Store::create(&p, &opts).expect("create"));
-    p
+    Scratch(p)
 }
 
 #[test]
@@ -59,7 +75,6 @@ fn two_processes_see_each_others_puts_without_commit() {
     assert!(child.wait().expect("wait").success());
     assert_eq!(store.verify().expect("verify").leaked_blocks, 0);
     drop(store);
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]
@@ -130,7 +145,6 @@ fn kill_9_loses_no_acknowledged_commit() {
             assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
         }
     }
-    std::fs::remove_file(&path).ok();
 }
 
 /// The overwriter's block for (prefix, key, round) (see iris-store-worker).
@@ -248,7 +262,6 @@ fn writers_of_several_partitions_survive_kill_9_of_one_another() {
         check_overwritten(&s, prefix, keys, acked, "survivor");
         assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
     }
-    std::fs::remove_file(&path).ok();
 }
 
 /// The patcher's chunk for (prefix, key, round, chunk) (see iris-store-worker).
@@ -299,5 +312,4 @@ fn small_writes_in_place_are_whole_or_absent_after_kill_9() {
         survivor.kill().is_some_and(|a| a > 0),
         "the survivor made no progress"
     );
-    std::fs::remove_file(&path).ok();
 }
