@@ -425,9 +425,13 @@ impl Allocator {
             if drop != 0 {
                 self.w_word(w).fetch_and(!drop, Ordering::AcqRel);
                 freed += u64::from(drop.count_ones());
-                let p = self.p_word(w).fetch_and(!drop, Ordering::AcqRel);
-                unpended += u64::from((p & drop).count_ones());
             }
+            // A pending-free bit only ever names a block in use. One left on a free block (a
+            // commit killed inside `apply_pending`, between freeing a word and clearing its P
+            // word) would free that block again, under its next owner, at the next commit.
+            let used = bits & !drop;
+            let p = self.p_word(w).fetch_and(used, Ordering::AcqRel);
+            unpended += u64::from((p & !used).count_ones());
         }
         self.header.add_used(-(freed as i64));
         self.header

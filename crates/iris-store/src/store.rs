@@ -1528,6 +1528,12 @@ impl Store {
                     "block {b} is in use but marked free"
                 )));
             }
+            if !used && inner.alloc.is_pending(b) {
+                // The next commit would free it again, under whoever allocates it next.
+                return Err(StoreError::corrupt(format!(
+                    "block {b} is free but waits to be freed at the next commit"
+                )));
+            }
             if used
                 && !marks.get(b)
                 && !inner.alloc.is_pending(b)
