@@ -7,23 +7,28 @@ use iris_fs::{Cred, Errno, Fs, ROOT_INO};
 use iris_media::SimMedia;
 use iris_store::{CreateOptions, OpenOptions, Store};
 
-fn fs() -> Fs {
+/// A 64 MiB simulated volume, created.
+fn sim_store() -> (Arc<SimMedia>, Store) {
     let sim = Arc::new(SimMedia::new(64 << 20));
     let opts = CreateOptions {
         size_limit_bytes: 64 << 20,
         initial_bytes: 64 << 20,
         ..CreateOptions::default()
     };
-    let store = Store::create_on(
-        Box::new(sim),
-        &opts,
-        &OpenOptions {
-            boot_id: Some(1),
-            commit_interval: None,
-        },
-    )
-    .expect("store");
-    Fs::on_store(store).expect("fs")
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &same_boot()).expect("store");
+    (sim, store)
+}
+
+/// Options of an opener in the boot the volumes above were made in.
+fn same_boot() -> OpenOptions {
+    OpenOptions {
+        boot_id: Some(1),
+        commit_interval: None,
+    }
+}
+
+fn fs() -> Fs {
+    Fs::on_store(sim_store().1).expect("fs")
 }
 
 /// A scratch directory on tmpfs (/dev/shm) to ask Linux what it does.
@@ -565,18 +570,8 @@ fn fs_check_is_clean_after_real_work_and_finds_injected_damage() {
 
 /// Two `Fs` over one volume, as two processes would map it (one shared working header).
 fn two_openers() -> (Fs, Fs) {
-    let sim = Arc::new(SimMedia::new(64 << 20));
-    let opts = CreateOptions {
-        size_limit_bytes: 64 << 20,
-        initial_bytes: 64 << 20,
-        ..CreateOptions::default()
-    };
-    let open = OpenOptions {
-        boot_id: Some(1),
-        commit_interval: None,
-    };
-    let a = Store::create_on(Box::new(sim.clone()), &opts, &open).expect("store");
-    let b = Store::open_on(Box::new(sim), &open).expect("second opener");
+    let (sim, a) = sim_store();
+    let b = Store::open_on(Box::new(sim), &same_boot()).expect("second opener");
     (
         Fs::on_store(a).expect("fs a"),
         Fs::on_store(b).expect("fs b"),

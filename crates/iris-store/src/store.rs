@@ -73,6 +73,23 @@ pub struct Patch {
 }
 
 impl Patch {
+    /// The words `f` chooses given `old`, checked to lie inside it.
+    fn chosen(old: &[u8], f: impl FnOnce(&[u8], &mut Patch)) -> Result<Patch> {
+        let mut patch = Patch::default();
+        f(old, &mut patch);
+        if patch.words().iter().any(|(off, _)| off + 8 > old.len()) {
+            return Err(StoreError::Invalid(
+                "patch past the end of the value".into(),
+            ));
+        }
+        Ok(patch)
+    }
+
+    /// The words set so far.
+    fn words(&self) -> &[(usize, u64)] {
+        &self.words[..self.count]
+    }
+
     /// Set the little-endian u64 at byte `offset` to `value`. At most eight words per patch;
     /// more are ignored (callers patch fixed records).
     pub fn set(&mut self, offset: usize, value: u64) {
@@ -1010,14 +1027,8 @@ impl Store {
             return Ok(PatchPlan::Escalate);
         };
         let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
-        let mut patch = Patch::default();
-        (t.patch)(old_bytes, true, &mut patch);
-        let words = &patch.words[..patch.count];
-        if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
-            return Err(StoreError::Invalid(
-                "patch past the end of the value".into(),
-            ));
-        }
+        let patch = Patch::chosen(old_bytes, |old, p| (t.patch)(old, true, p))?;
+        let words = patch.words();
         let holds = |off: usize, w: u64| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&old_bytes[off..off + 8]);
@@ -1128,15 +1139,8 @@ impl Store {
                     return Ok(false);
                 };
                 let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
-                let mut patch = Patch::default();
-                f(old_bytes, &mut patch);
-                let words = &patch.words[..patch.count];
-                if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
-                    return Err(StoreError::Invalid(
-                        "patch past the end of the value".into(),
-                    ));
-                }
-                let done = txn.patch_at(&spot, words)?;
+                let patch = Patch::chosen(old_bytes, |old, p| f(old, p))?;
+                let done = txn.patch_at(&spot, patch.words())?;
                 txn.commit_publish();
                 return Ok(done == Some(true));
             }
@@ -1158,14 +1162,8 @@ impl Store {
             return Ok(false);
         };
         let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
-        let mut patch = Patch::default();
-        f(old_bytes, &mut patch);
-        let words = &patch.words[..patch.count];
-        if words.iter().any(|(off, _)| off + 8 > old_bytes.len()) {
-            return Err(StoreError::Invalid(
-                "patch past the end of the value".into(),
-            ));
-        }
+        let patch = Patch::chosen(old_bytes, f)?;
+        let words = patch.words();
         let r = match txn.patch_at(&spot, words) {
             Ok(Some(true)) => Ok(()),
             Ok(_) => {

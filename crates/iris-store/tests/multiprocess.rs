@@ -83,31 +83,9 @@ fn kill_9_loses_no_acknowledged_commit() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     for round in 0..50u64 {
         let prefix = 100 + round;
-        let mut child = Command::new(WORKER)
-            .args([
-                "writer",
-                path.to_str().expect("utf8"),
-                &prefix.to_string(),
-                "7",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let stdout = child.stdout.take().expect("stdout");
-        let reader = std::thread::spawn(move || {
-            let mut last = None;
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(n) = line.strip_prefix("acked ") {
-                    last = n.parse::<u64>().ok();
-                }
-            }
-            last
-        });
+        let child = worker(&path, "writer", prefix, 7);
         std::thread::sleep(Duration::from_millis(rng.gen_range(20..120)));
-        child.kill().expect("kill -9");
-        child.wait().expect("wait");
-        let acked = reader.join().expect("reader");
+        let acked = child.kill();
 
         // Same boot: the working tree survives the kill.
         let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
@@ -154,7 +132,7 @@ fn block(prefix: u64, i: u64, r: u64) -> Vec<u8> {
     b
 }
 
-/// An overwriter child and the thread collecting its last acknowledged round.
+/// A worker child and the thread collecting the last round (or put) it acknowledged.
 struct Overwriter {
     child: std::process::Child,
     acked: Option<std::thread::JoinHandle<Option<u64>>>,
@@ -181,6 +159,7 @@ fn overwriter(path: &std::path::Path, prefix: u64, keys: u64) -> Overwriter {
     worker(path, "overwriter", prefix, keys)
 }
 
+/// `iris-store-worker MODE VOLUME PREFIX N` (see the worker for the modes).
 fn worker(path: &std::path::Path, mode: &str, prefix: u64, keys: u64) -> Overwriter {
     let mut child = Command::new(WORKER)
         .args([
