@@ -818,3 +818,36 @@ fn run_refuses_a_volume_it_cannot_open_before_starting_the_command() {
         "the command ran on a volume Iris cannot open"
     );
 }
+
+#[test]
+fn mkfs_makes_a_bepsilon_tree_on_request_and_it_holds_a_tree_of_files() {
+    let s = Scratch::new("bepsilon");
+    let vol = path_str(&s.vol);
+    iris(["mkfs", "--size", "64M", "--buffer-bytes", "100", vol])
+        .assert_refused(1, "multiple of 8");
+    assert!(!s.vol.exists(), "a refused mkfs left a file behind");
+    let out = iris_ok(["mkfs", "--size", "64M", "--buffer-bytes", "1024", vol]);
+    assert!(out.contains("Bε-tree with 1024-byte buffers"), "{out}");
+    let src = s.host("src");
+    for d in 0..8 {
+        std::fs::create_dir_all(src.join(format!("d{d}"))).expect("mkdir");
+        for f in 0..40 {
+            let body = format!("{d}/{f}\n").repeat(f * 37 + 1);
+            std::fs::write(src.join(format!("d{d}/f{f}")), body).expect("write");
+        }
+    }
+    s.on_ok(&["put", "-r"], &[path_str(&src), "/"]);
+    let st = json(&s.on_ok(&["stat", "--json"], &[]));
+    assert_eq!(st["buffer_bytes"], 1024);
+    assert!(
+        st["tree"]["buffered_messages"].as_u64().unwrap_or(0) > 0,
+        "no buffered message after 320 creates: {st}"
+    );
+    assert!(s
+        .on_ok(&["stat"], &[])
+        .contains("Bε-tree, 1024-byte buffers"));
+    s.on_ok(&["fsck"], &[]);
+    let out = s.host("out");
+    s.on_ok(&["get", "-r"], &["/src", path_str(&out)]);
+    assert_eq!(describe_tree(&src), describe_tree(&out));
+}

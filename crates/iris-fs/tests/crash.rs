@@ -109,6 +109,8 @@ fn one_point(seed: u64) {
         size_limit_bytes: size,
         initial_bytes: size,
         inline_max: None,
+        // Every other point runs on a Bε-tree.
+        buffer_bytes: if seed % 2 == 1 { bs / 4 } else { 0 },
     };
     let boot = |n: u128| OpenOptions {
         boot_id: Some(n),

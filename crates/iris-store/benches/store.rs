@@ -365,6 +365,7 @@ fn bench_iris(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
         size_limit_bytes: sp.bytes() * 2 + 512 * MIB,
         initial_bytes: 64 * MIB,
         inline_max: None,
+        buffer_bytes: 0,
     };
     let store = Store::create(&path, &opts).expect("create Iris volume");
     let val = vec![0xa5u8; BLOCK];
@@ -498,6 +499,92 @@ fn bench_iris(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
         st.commits
     ));
     guard.remove_now();
+}
+
+/// Key `i` of the insert cells: a scramble of `i`, so consecutive inserts land all over the tree.
+fn scrambled(i: u64) -> Key {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    Key::new(7, z ^ (z >> 31))
+}
+
+/// The two tree shapes on the same code: inserts of new keys with 64-byte values (the shape of
+/// metadata and directory entries; each changes a leaf's shape), commits every 10,000 puts, then
+/// random gets of what was inserted. One thread, a fresh volume per shape.
+fn bench_shapes(b: &mut Bench, notes: &mut Vec<String>) {
+    for (system, buffer) in [("B+", 0u32), ("Bε-1K", 1024)] {
+        let path = shm_path(&format!("shape-{buffer}.vol"));
+        let mut guard = Cleanup(vec![path.clone()]);
+        let _ = fs::remove_file(&path);
+        let opts = CreateOptions {
+            block_size: BLOCK as u32,
+            size_limit_bytes: 4 * GIB,
+            initial_bytes: 64 * MIB,
+            inline_max: None,
+            buffer_bytes: buffer,
+        };
+        let store = Store::create(&path, &opts).expect("create Iris volume");
+        let next = AtomicU64::new(0);
+        let val = [0x5au8; 64];
+        let store = &store;
+        b.cell(
+            system,
+            "insert",
+            "insert new key, 64 B value, commit every 10,000",
+            1,
+            |_, stop| {
+                let mut n = 0;
+                while stop.go() {
+                    for _ in 0..CHUNK {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        store.put(scrambled(i), &val).expect("Iris insert");
+                        if (i + 1).is_multiple_of(IRIS_COMMIT_EVERY) {
+                            store.commit().expect("Iris commit");
+                        }
+                    }
+                    n += CHUNK;
+                }
+                n
+            },
+        );
+        store.commit().expect("Iris commit");
+        let inserted = next.load(Ordering::Relaxed);
+        b.cell(
+            system,
+            "get_small",
+            "get a random inserted key (64 B copy)",
+            1,
+            |t, stop| {
+                let mut rng = Rng::new(seed(9, t));
+                let mut buf = [0u8; 64];
+                let mut n = 0;
+                while stop.go() {
+                    for _ in 0..CHUNK {
+                        let k = scrambled(rng.next() % inserted);
+                        let len = store
+                            .get(k, &mut buf)
+                            .expect("Iris get")
+                            .expect("key missing");
+                        black_box((len, &mut buf));
+                    }
+                    n += CHUNK;
+                }
+                n
+            },
+        );
+        let shape = store.shape().expect("shape");
+        notes.push(format!(
+            "{system}: {inserted} keys inserted, height {}, {} leaves, {} internal nodes, {} \
+             buffered messages, volume {}",
+            shape.height,
+            shape.leaf_nodes,
+            shape.inner_nodes,
+            shape.messages,
+            human_bytes(footprint(&path))
+        ));
+        guard.remove_now();
+    }
 }
 
 fn bench_lmdb(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
@@ -967,6 +1054,23 @@ fn main() {
             println!("  note: {n}");
         }
         print_ratios(&title, &b.rows);
+    }
+    println!();
+    println!("== tree shapes: B+-tree (buffer 0) and Bε-tree (1 KiB buffers), same code ==");
+    let mut b = Bench {
+        secs,
+        warm,
+        rows: Vec::new(),
+    };
+    let mut notes = Vec::new();
+    bench_shapes(&mut b, &mut notes);
+    for n in &notes {
+        println!("  note: {n}");
+    }
+    for id in ["insert", "get_small"] {
+        if let (Some(be), Some(bp)) = (find(&b.rows, "Bε-1K", id, 1), find(&b.rows, "B+", id, 1)) {
+            println!("  {id}: Bε / B+ = {:.2}x", be.rate() / bp.rate());
+        }
     }
     println!();
     println!(

@@ -62,6 +62,7 @@ impl Runs {
 pub(crate) struct VolumeFacts {
     pub volume_id: u64,
     pub inline_max: u32,
+    pub buffer_bytes: u32,
 }
 
 /// Commit the working tree. Caller holds the volume lock. Returns the committed generation.
@@ -102,6 +103,7 @@ pub(crate) fn commit(cx: &Ctx<'_>, facts: &VolumeFacts) -> Result<u64> {
         volume_id: facts.volume_id,
         commit_time_ns: now_ns(),
         inline_max: facts.inline_max,
+        buffer_bytes: facts.buffer_bytes,
         snapshots: h.snapshots(),
     };
     let at = cx.layout.offset(slot);
@@ -150,6 +152,14 @@ fn seal(cx: &Ctx<'_>, node: Node, wgen: u64, runs: &mut Runs) -> Result<()> {
         for i in node.dirty_slots() {
             let child = cx.load(node.child(i), Some(node.level - 1))?;
             seal(cx, child, wgen, runs)?;
+        }
+        // A buffer is written whole with its node: every message may be new.
+        for (_, v) in node.messages()? {
+            if let Some(Val::Block { block, gen, .. }) = v {
+                if gen == wgen {
+                    runs.add(block);
+                }
+            }
         }
     }
     node.write_checksum();

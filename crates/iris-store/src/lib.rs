@@ -13,6 +13,7 @@ mod error;
 mod header;
 mod key;
 mod layout;
+mod message;
 mod node;
 mod readers;
 mod recovery;

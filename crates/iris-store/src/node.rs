@@ -62,6 +62,8 @@ pub(crate) struct Node {
     pub level: u16,
     pub count: u16,
     pub birth: u64,
+    /// Node-relative start of the heap: leaf values, or an internal node's message buffer.
+    heap: u64,
     /// First data block and first block past the backed volume: bounds for value pointers.
     data_start: u64,
     backed_blocks: u64,
@@ -108,12 +110,11 @@ impl Node {
         if slots_end > bs {
             return Err(bad(block, "slot count overflows the block"));
         }
-        if level == 0 {
-            let heap = u64::from(region.read_u32(off + H_HEAP));
-            if heap < slots_end || heap > bs {
-                return Err(bad(block, "heap overlaps slots"));
-            }
-        } else if count == 0 {
+        let heap = u64::from(region.read_u32(off + H_HEAP));
+        if heap < slots_end || heap > bs {
+            return Err(bad(block, "heap overlaps slots"));
+        }
+        if level > 0 && count == 0 {
             return Err(bad(block, "empty internal node"));
         }
         Ok(Node {
@@ -124,6 +125,7 @@ impl Node {
             level,
             count,
             birth,
+            heap,
             data_start: layout.data_start,
             backed_blocks,
             block_shift: layout.block_shift,
@@ -133,6 +135,38 @@ impl Node {
     #[inline]
     pub fn is_leaf(&self) -> bool {
         self.level == 0
+    }
+
+    /// Node-relative start of the heap.
+    #[inline]
+    pub(crate) fn heap(&self) -> u64 {
+        self.heap
+    }
+
+    /// Block size.
+    #[inline]
+    pub(crate) fn bs(&self) -> u64 {
+        self.bs
+    }
+
+    /// Region offset of the node.
+    #[inline]
+    pub(crate) fn offset(&self) -> u64 {
+        self.off
+    }
+
+    /// The mapping the node lives in.
+    #[inline]
+    pub(crate) fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Check that `block` may hold an out-of-line value (inside the volume's data area).
+    pub(crate) fn check_value_block(&self, block: u64) -> Result<()> {
+        if block < self.data_start || block >= self.backed_blocks {
+            return Err(bad(self.block, "value block outside the volume"));
+        }
+        Ok(())
     }
 
     #[inline]
@@ -260,9 +294,7 @@ impl Node {
             if u64::from(len) > self.bs {
                 return Err(bad(self.block, "value longer than a block"));
             }
-            if word < self.data_start || word >= self.backed_blocks {
-                return Err(bad(self.block, "value block outside the volume"));
-            }
+            self.check_value_block(word)?;
             Ok(Val::Block {
                 block: word,
                 len,
@@ -411,7 +443,11 @@ impl Node {
         self.region.write_u32(self.off + H_HEAP, new_heap as u32);
         // Slots shifted: every one may now be dirty.
         self.region.write_u64(self.off + H_DIRTY, u64::MAX);
-        Some(Node { count, ..*self })
+        Some(Node {
+            count,
+            heap: new_heap,
+            ..*self
+        })
     }
 
     /// crc32c of the node, its checksum field read as zero.
@@ -502,6 +538,36 @@ impl NodeBuilder {
         self.region.write_u64(at + 8, key.lo);
         self.region.write_u64(at + 16, child);
         self.count += 1;
+    }
+
+    /// Node-relative offset where the slots pushed so far end.
+    pub(crate) fn slots_end(&self) -> u64 {
+        let slot = if self.level == 0 {
+            LEAF_SLOT
+        } else {
+            INNER_SLOT
+        };
+        NODE_HEADER + u64::from(self.count) * slot
+    }
+
+    /// Node-relative start of the heap so far.
+    pub(crate) fn heap_start(&self) -> u64 {
+        self.heap
+    }
+
+    /// Move the heap start (the caller wrote the bytes from there on).
+    pub(crate) fn set_heap_start(&mut self, heap: u64) {
+        self.heap = heap;
+    }
+
+    /// The mapping the node is built in.
+    pub(crate) fn region(&self) -> Region {
+        self.region
+    }
+
+    /// Region offset of the node.
+    pub(crate) fn offset(&self) -> u64 {
+        self.off
     }
 
     /// Write count and heap start.

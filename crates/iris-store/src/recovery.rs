@@ -66,6 +66,7 @@ pub(crate) struct Shape {
     pub inner_nodes: u64,
     pub entries: u64,
     pub data_blocks: u64,
+    pub messages: u64,
 }
 
 /// Mark every block reachable from `root`.
@@ -158,30 +159,48 @@ fn mark_node(
         }
         prev = Some(k);
     }
-    if node.is_leaf() {
-        shape.leaf_nodes += 1;
-        shape.entries += u64::from(node.count);
-        for i in 0..node.count {
-            if let Val::Block { block, gen, .. } = node.value(i)? {
-                if gen > committed_gen + 1 {
+    let mut mark_value = |v: Val<'_>, marks: &mut Marks| -> Result<()> {
+        if let Val::Block { block, gen, .. } = v {
+            if gen > committed_gen + 1 {
+                return Err(StoreError::corrupt(format!(
+                    "node {}: value block {block} from a future generation",
+                    node.block
+                )));
+            }
+            shape.data_blocks += 1;
+            if let Some(seen) = seen.as_mut() {
+                if seen.set(block) {
                     return Err(StoreError::corrupt(format!(
-                        "node {}: value block {block} from a future generation",
-                        node.block
+                        "data block {block} is referenced twice"
                     )));
                 }
-                shape.data_blocks += 1;
-                if let Some(seen) = seen.as_mut() {
-                    if seen.set(block) {
-                        return Err(StoreError::corrupt(format!(
-                            "data block {block} is referenced twice"
-                        )));
-                    }
-                }
-                marks.set(block);
             }
+            marks.set(block);
         }
+        Ok(())
+    };
+    if node.is_leaf() {
+        for i in 0..node.count {
+            mark_value(node.value(i)?, marks)?;
+        }
+        shape.leaf_nodes += 1;
+        shape.entries += u64::from(node.count);
         return Ok(());
     }
+    let msgs = node.messages()?;
+    for (k, v) in &msgs {
+        let in_bounds = *k >= lo && hi.is_none_or(|h| *k < h);
+        if walk == Walk::Verify && !in_bounds {
+            return Err(StoreError::corrupt(format!(
+                "node {}: buffered message outside the node's keys",
+                node.block
+            )));
+        }
+        if let Some(v) = v {
+            mark_value(*v, marks)?;
+        }
+    }
+    shape.messages += msgs.len() as u64;
     shape.inner_nodes += 1;
     for i in 0..node.count {
         let child = cx.load(node.child(i), Some(node.level - 1))?;

@@ -34,6 +34,9 @@ pub struct CreateOptions {
     pub initial_bytes: u64,
     /// Largest value kept inside tree nodes; larger ones go to data blocks. Default: block / 4.
     pub inline_max: Option<u32>,
+    /// Bytes of pending messages each internal node may buffer (the Bε-tree knob, a multiple of
+    /// 8, at most half a block). 0, the default, gives a plain B+-tree.
+    pub buffer_bytes: u32,
 }
 
 impl Default for CreateOptions {
@@ -43,6 +46,7 @@ impl Default for CreateOptions {
             size_limit_bytes: 1 << 30,
             initial_bytes: 16 << 20,
             inline_max: None,
+            buffer_bytes: 0,
         }
     }
 }
@@ -236,6 +240,8 @@ pub struct TreeShape {
     pub entries: u64,
     /// Out-of-line data blocks.
     pub data_blocks: u64,
+    /// Messages waiting in internal nodes' buffers (Bε volumes).
+    pub messages: u64,
 }
 
 /// What `verify` found besides corruption (which is an error).
@@ -312,6 +318,7 @@ impl Inner {
             header: self.header,
             alloc: self.alloc,
             media: self.media.as_ref(),
+            buffer: u64::from(self.facts.buffer_bytes),
         }
     }
 
@@ -423,6 +430,7 @@ impl Store {
                 )));
             }
         }
+        let existed = path.exists();
         let media = MappedMedia::open(
             path,
             true,
@@ -430,9 +438,28 @@ impl Store {
             opts.size_limit_bytes,
             opts.initial_bytes.min(opts.size_limit_bytes),
         )?;
-        let store = Store::create_on(Box::new(media), opts, &OpenOptions::default())?;
-        store.inner.media.share()?;
-        Ok(store)
+        let made =
+            Store::create_on(Box::new(media), opts, &OpenOptions::default()).and_then(|store| {
+                store
+                    .inner
+                    .media
+                    .share()
+                    .map(|()| store)
+                    .map_err(Into::into)
+            });
+        if made.is_err() {
+            // A refused creation leaves no half-made volume: remove the file it made, or give
+            // back the empty file it was.
+            let _ = if existed {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .and_then(|f| f.set_len(0))
+            } else {
+                std::fs::remove_file(path)
+            };
+        }
+        made
     }
 
     /// Open the volume at `path`. The first opener after a reboot rebuilds the working state from
@@ -479,6 +506,12 @@ impl Store {
                 "inline limit {inline_max} exceeds a quarter block"
             )));
         }
+        let buffer_bytes = opts.buffer_bytes;
+        if !buffer_bytes.is_multiple_of(8) || buffer_bytes > bs / 2 {
+            return Err(StoreError::Invalid(format!(
+                "buffer of {buffer_bytes} bytes: must be a multiple of 8, at most half a block"
+            )));
+        }
         let backed_blocks = (opts.initial_bytes / u64::from(bs))
             .max(layout.data_start + 64)
             .min(max_blocks);
@@ -507,6 +540,7 @@ impl Store {
                 volume_id,
                 commit_time_ns: commit::now_ns(),
                 inline_max,
+                buffer_bytes,
                 snapshots: Vec::new(),
             };
             region.copy_in(layout.offset(slot), &sb.encode());
@@ -514,7 +548,17 @@ impl Store {
         }
         header.stamp(open.boot_id.unwrap_or_else(kernel_boot_id));
         Ok(Store::assemble(
-            false, media, layout, header, alloc, volume_id, inline_max, open,
+            false,
+            media,
+            layout,
+            header,
+            alloc,
+            VolumeFacts {
+                volume_id,
+                inline_max,
+                buffer_bytes,
+            },
+            open,
         ))
     }
 
@@ -555,15 +599,17 @@ impl Store {
         } else {
             recover(media.as_ref(), region, layout, header, alloc, &sb, boot_id)?;
         }
-        let inline_max = sb.inline_max;
         let store = Store::assemble(
             !trusted,
             media,
             layout,
             header,
             alloc,
-            sb.volume_id,
-            inline_max,
+            VolumeFacts {
+                volume_id: sb.volume_id,
+                inline_max: sb.inline_max,
+                buffer_bytes: sb.buffer_bytes,
+            },
             opts,
         );
         if behind {
@@ -581,8 +627,7 @@ impl Store {
         layout: Layout,
         header: Header,
         alloc: Allocator,
-        volume_id: u64,
-        inline_max: u32,
+        facts: VolumeFacts,
         opts: &OpenOptions,
     ) -> Store {
         let latency = media.latency();
@@ -593,10 +638,7 @@ impl Store {
             layout,
             header,
             alloc,
-            facts: VolumeFacts {
-                volume_id,
-                inline_max,
-            },
+            facts,
             latency,
             undo: Undo::new(region, layout),
             failed: AtomicBool::new(false),
@@ -640,6 +682,11 @@ impl Store {
     /// Largest value stored inline in nodes.
     pub fn inline_max(&self) -> u32 {
         self.inner.facts.inline_max
+    }
+
+    /// Bytes each internal node may buffer as pending messages (0: a plain B+-tree).
+    pub fn buffer_bytes(&self) -> u32 {
+        self.inner.facts.buffer_bytes
     }
 
     /// The volume's id (stable across opens; a file layer can use it as st_dev).
@@ -1144,7 +1191,7 @@ impl Store {
                 txn.commit_publish();
                 return Ok(done == Some(true));
             }
-            if spot.slot().is_err() {
+            if !spot.present() {
                 return Ok(false);
             }
             drop(g);
@@ -1495,6 +1542,7 @@ impl Store {
             inner_nodes: s.inner_nodes,
             entries: s.entries,
             data_blocks: s.data_blocks,
+            messages: s.messages,
         })
     }
 
@@ -1814,6 +1862,7 @@ fn recover(
         header,
         alloc,
         media,
+        buffer: u64::from(sb.buffer_bytes),
     };
     let mut marks = Marks::new(layout.max_blocks);
     recovery::mark_tree(&cx, sb.root, &mut marks, Walk::MarkVerified, sb.generation)?;

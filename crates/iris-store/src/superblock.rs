@@ -72,6 +72,8 @@ pub(crate) struct Superblock {
     pub volume_id: u64,
     pub commit_time_ns: u64,
     pub inline_max: u32,
+    /// Bytes of messages an internal node may buffer (0: a plain B+-tree).
+    pub buffer_bytes: u32,
     pub snapshots: Vec<SnapshotEntry>,
 }
 
@@ -102,6 +104,7 @@ impl Superblock {
         b[56..64].copy_from_slice(&self.commit_time_ns.to_le_bytes());
         b[64..68].copy_from_slice(&self.inline_max.to_le_bytes());
         b[68..72].copy_from_slice(&(self.snapshots.len() as u32).to_le_bytes());
+        b[72..76].copy_from_slice(&self.buffer_bytes.to_le_bytes());
         for (i, s) in self.snapshots.iter().take(MAX_SNAPSHOTS).enumerate() {
             let at = SNAP_OFF + i * SNAP_ENTRY_BYTES;
             s.encode(&mut b[at..at + SNAP_ENTRY_BYTES]);
@@ -148,6 +151,10 @@ impl Superblock {
         if inline_max > block_size / 2 {
             return Err(bad("inline limit larger than half a block"));
         }
+        let buffer_bytes = le32(b, 72);
+        if !buffer_bytes.is_multiple_of(8) || buffer_bytes > block_size / 2 {
+            return Err(bad(&format!("bad buffer size {buffer_bytes}")));
+        }
         let count = le32(b, 68) as usize;
         if count > MAX_SNAPSHOTS {
             return Err(bad("snapshot table overflow"));
@@ -173,6 +180,7 @@ impl Superblock {
             volume_id: le64(b, 48),
             commit_time_ns: le64(b, 56),
             inline_max,
+            buffer_bytes,
             snapshots,
         })
     }
@@ -208,6 +216,7 @@ mod tests {
             volume_id: 99,
             commit_time_ns: 5,
             inline_max: 512,
+            buffer_bytes: 1024,
             snapshots: vec![SnapshotEntry {
                 name: "before-upgrade".into(),
                 root: 41,

@@ -16,8 +16,11 @@ use crate::error::{Result, StoreError};
 use crate::header::{Header, StampMask};
 use crate::key::Key;
 use crate::layout::Layout;
-use crate::node::{Node, NodeBuilder, Val, INNER_SLOT, LEAF_SLOT, MAX_HEIGHT, NODE_HEADER};
+use crate::message::{Message, Shadow};
+use crate::node::{Node, NodeBuilder, Val, LEAF_SLOT, MAX_HEIGHT, NODE_HEADER};
 use crate::region::Region;
+
+mod buffer;
 
 /// Everything a tree operation needs, borrowed from the store. Valid under the volume lock.
 #[derive(Clone, Copy)]
@@ -27,6 +30,8 @@ pub(crate) struct Ctx<'a> {
     pub header: Header,
     pub alloc: Allocator,
     pub media: &'a dyn Media,
+    /// Bytes of messages an internal node may buffer (the volume's Bε knob; 0: a B+-tree).
+    pub buffer: u64,
 }
 
 impl<'a> Ctx<'a> {
@@ -47,6 +52,9 @@ impl<'a> Ctx<'a> {
         }
         let mut node = self.load(root, None)?;
         while !node.is_leaf() {
+            if let Some(m) = node.find_message(key)? {
+                return Ok(self.shadow_value(m));
+            }
             let i = node.route(key);
             node = self.load(node.child(i), Some(node.level - 1))?;
         }
@@ -57,6 +65,17 @@ impl<'a> Ctx<'a> {
                 Ok(Some(extend(v)))
             }
             Err(_) => Ok(None),
+        }
+    }
+
+    /// The value a message found on the way down gives its key.
+    fn shadow_value(&self, m: Shadow) -> Option<Val<'a>> {
+        match m {
+            Shadow::Deleted => None,
+            Shadow::Inline { at, len } => {
+                Some(extend(Val::Inline(self.region.bytes(at, u64::from(len)))))
+            }
+            Shadow::Block { block, len, gen } => Some(Val::Block { block, len, gen }),
         }
     }
 
@@ -73,43 +92,102 @@ impl<'a> Ctx<'a> {
             return Ok(true);
         }
         let node = self.load(root, None)?;
-        self.scan_node(node, start, end, f)
+        self.scan_node(node, start, end, &[], f)
     }
 
+    /// Scan `node`'s subtree; `above` holds the newer messages of the nodes above for keys in
+    /// this subtree and the range, in key order.
     fn scan_node(
         &self,
         node: Node,
         start: Key,
         end: Key,
+        above: &[Message<'a>],
         f: &mut dyn FnMut(Key, &[u8]) -> bool,
     ) -> Result<bool> {
         if node.is_leaf() {
-            let first = match node.search(start) {
-                Ok(i) | Err(i) => i,
-            };
-            for i in first..node.count {
-                let k = node.key(i);
-                if k >= end {
-                    return Ok(false);
-                }
-                let v = node.value(i)?;
-                if !f(k, Node::value_bytes(&self.region, &self.layout, v)) {
-                    return Ok(false);
-                }
-            }
-            return Ok(true);
+            return self.scan_leaf(node, start, end, above, f);
         }
+        let merged;
+        let above = if node.has_messages() {
+            let own: Vec<Message<'a>> = node
+                .messages()?
+                .into_iter()
+                .filter(|(k, _)| *k >= start && *k < end)
+                .map(|(k, v)| (k, v.map(extend)))
+                .collect();
+            merged = crate::message::merge(own, above.to_vec(), |_| {});
+            &merged[..]
+        } else {
+            above
+        };
         let first = node.route(start);
         for i in first..node.count {
             if i > first && node.key(i) >= end {
                 return Ok(false);
             }
+            // The messages that route to child i.
+            let lo = if i == first {
+                0
+            } else {
+                above.partition_point(|(k, _)| *k < node.key(i))
+            };
+            let hi = if i + 1 < node.count {
+                above.partition_point(|(k, _)| *k < node.key(i + 1))
+            } else {
+                above.len()
+            };
             let child = self.load(node.child(i), Some(node.level - 1))?;
-            if !self.scan_node(child, start, end, f)? {
+            if !self.scan_node(child, start, end, &above[lo..hi.max(lo)], f)? {
                 return Ok(false);
             }
         }
         Ok(true)
+    }
+
+    /// Scan one leaf merged with the messages above it (which win, and hide deleted keys).
+    fn scan_leaf(
+        &self,
+        node: Node,
+        start: Key,
+        end: Key,
+        above: &[Message<'a>],
+        f: &mut dyn FnMut(Key, &[u8]) -> bool,
+    ) -> Result<bool> {
+        let mut i = match node.search(start) {
+            Ok(i) | Err(i) => i,
+        };
+        let mut m = 0;
+        loop {
+            let leaf_key = (i < node.count).then(|| node.key(i));
+            let msg_key = above.get(m).map(|(k, _)| *k);
+            let from_message = match (leaf_key, msg_key) {
+                (None, None) => return Ok(true),
+                (Some(a), Some(b)) => b <= a,
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+            };
+            let (k, v) = if from_message {
+                let (b, v) = above[m];
+                m += 1;
+                if leaf_key == Some(b) {
+                    i += 1;
+                }
+                (b, v)
+            } else {
+                let a = node.key(i);
+                i += 1;
+                (a, Some(extend(node.value(i - 1)?)))
+            };
+            if k >= end {
+                return Ok(false);
+            }
+            if let Some(v) = v {
+                if !f(k, Node::value_bytes(&self.region, &self.layout, v)) {
+                    return Ok(false);
+                }
+            }
+        }
     }
 }
 
@@ -139,12 +217,26 @@ type Path = [Step; MAX_HEIGHT];
 pub(crate) struct Spot {
     path: Option<(Path, usize, Node)>,
     slot: std::result::Result<u16, u16>,
+    /// The newest message for the key in a buffer on the way down: it, not the leaf, says what
+    /// the key holds.
+    shadow: Option<Shadow>,
 }
 
 impl Spot {
-    /// The key's slot in its leaf, or where it would be inserted.
-    pub fn slot(&self) -> std::result::Result<u16, u16> {
-        self.slot
+    /// Whether the key holds a value (in its leaf or in a message above it).
+    pub fn present(&self) -> bool {
+        match self.shadow {
+            Some(m) => !matches!(m, Shadow::Deleted),
+            None => self.slot.is_ok(),
+        }
+    }
+
+    /// The key's slot in its leaf when nothing above shadows it.
+    fn leaf_slot(&self) -> Option<(&Node, u16)> {
+        match (&self.path, self.slot, self.shadow) {
+            (Some((_, _, leaf)), Ok(i), None) => Some((leaf, i)),
+            _ => None,
+        }
     }
 }
 
@@ -198,7 +290,7 @@ impl<'a> Txn<'a> {
     /// Whether putting an out-of-line value of `len` bytes at `spot` is a one-word publish into
     /// a leaf private to the working tree (no copy, no change of shape).
     pub fn replaceable_in_place(&self, spot: &Spot, len: u32) -> Result<bool> {
-        let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
+        let Some((leaf, i)) = spot.leaf_slot() else {
             return Ok(false);
         };
         Ok(
@@ -221,7 +313,7 @@ impl<'a> Txn<'a> {
 
     /// Whether the inline value at `spot` can be patched word by word where it is.
     pub fn patchable_in_place(&self, spot: &Spot) -> Result<bool> {
-        let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
+        let Some((leaf, i)) = spot.leaf_slot() else {
             return Ok(false);
         };
         Ok(matches!(leaf.value(i)?, Val::Inline(_)) && self.writable_in_place(leaf))
@@ -290,18 +382,23 @@ impl<'a> Txn<'a> {
             return Ok(Spot {
                 path: None,
                 slot: Err(0),
+                shadow: None,
             });
         }
-        let (path, depth, leaf) = self.descend(key)?;
+        let (path, depth, leaf, shadow) = self.descend(key)?;
         let slot = leaf.search(key);
         Ok(Spot {
             path: Some((path, depth, leaf)),
             slot,
+            shadow,
         })
     }
 
     /// The value at a located key, if present.
     pub fn value_at(&self, spot: &Spot) -> Result<Option<Val<'a>>> {
+        if let Some(m) = spot.shadow {
+            return Ok(self.cx.shadow_value(m));
+        }
         match (&spot.path, spot.slot) {
             (Some((_, _, leaf)), Ok(i)) => Ok(Some(extend(leaf.value(i)?))),
             _ => Ok(None),
@@ -327,6 +424,11 @@ impl<'a> Txn<'a> {
             return self.set_root(([(key, b), (Key::MIN, 0)], 1));
         };
         let (path, depth, leaf) = (path, *depth, *leaf);
+        // Bε: what is not a same-shaped replacement in the leaf becomes a message at the root.
+        let buffered = self.cx.buffer > 0 && depth > 0;
+        if spot.shadow.is_some() || (buffered && spot.slot.is_err()) {
+            return self.put_message(key, Some(val));
+        }
         match spot.slot {
             Ok(i) => {
                 let old = extend(leaf.value(i)?);
@@ -370,6 +472,9 @@ impl<'a> Txn<'a> {
                         self.unalloc(c.block);
                     }
                     _ => {}
+                }
+                if buffered {
+                    return self.put_message(key, Some(val));
                 }
                 let n = leaf.count;
                 let children = self.build_leaves(
@@ -433,6 +538,9 @@ impl<'a> Txn<'a> {
     /// or new. Returns `None` if the key is absent, `Some(false)` if the caller must rewrite the
     /// value instead (committed leaf, out-of-line value, or a word past its end).
     pub fn patch_at(&mut self, spot: &Spot, words: &[(usize, u64)]) -> Result<Option<bool>> {
+        if spot.shadow.is_some() {
+            return Ok(spot.present().then_some(false));
+        }
         let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
             return Ok(None);
         };
@@ -456,8 +564,20 @@ impl<'a> Txn<'a> {
         if self.root == 0 {
             return Ok(false);
         }
-        let (path, depth, leaf) = self.descend(key)?;
-        let Ok(i) = leaf.search(key) else {
+        let (path, depth, leaf, shadow) = self.descend(key)?;
+        let found = leaf.search(key);
+        if shadow.is_some() || (self.cx.buffer > 0 && depth > 0) {
+            let present = match shadow {
+                Some(m) => !matches!(m, Shadow::Deleted),
+                None => found.is_ok(),
+            };
+            if present {
+                self.touched.touch(key);
+                self.put_message(key, None)?;
+            }
+            return Ok(present);
+        }
+        let Ok(i) = found else {
             return Ok(false);
         };
         let old = extend(leaf.value(i)?);
@@ -478,12 +598,17 @@ impl<'a> Txn<'a> {
         Ok(true)
     }
 
-    /// Walk from the root to the leaf for `key`, recording (node, slot) on the way.
-    fn descend(&self, key: Key) -> Result<(Path, usize, Node)> {
+    /// Walk from the root to the leaf for `key`, recording (node, slot) on the way, and the
+    /// first (newest) message for `key` met in a buffer.
+    fn descend(&self, key: Key) -> Result<(Path, usize, Node, Option<Shadow>)> {
         let mut node = self.cx.load(self.root, None)?;
         let mut path = [Step::default(); MAX_HEIGHT];
         let mut depth = 0;
+        let mut shadow = None;
         while !node.is_leaf() {
+            if shadow.is_none() {
+                shadow = node.find_message(key)?;
+            }
             let i = node.route(key);
             path[depth] = Step {
                 block: node.block,
@@ -493,7 +618,7 @@ impl<'a> Txn<'a> {
             depth += 1;
             node = self.cx.load(node.child(i), Some(node.level - 1))?;
         }
-        Ok((path, depth, node))
+        Ok((path, depth, node, shadow))
     }
 
     /// Write `n` leaf entries into one new leaf, or two if they do not fit in one. `heap(j)` is
@@ -552,7 +677,7 @@ impl<'a> Txn<'a> {
         n: u16,
         entry: impl Fn(u16) -> (Key, u64),
     ) -> Result<Children> {
-        let cap = ((self.cx.layout.bs() - NODE_HEADER) / INNER_SLOT) as u16;
+        let cap = buffer::inner_capacity(self.cx.layout.bs(), self.cx.buffer) as u16;
         let split = if n <= cap { n } else { n / 2 };
         let mut out: Children = ([(Key::MIN, 0); 2], 0);
         for range in [0..split, split..n] {
@@ -592,6 +717,13 @@ impl<'a> Txn<'a> {
                 children = ([(parent.key(0), c.block), (Key::MIN, 0)], 1);
                 continue;
             }
+            if parent.has_messages() {
+                // Buffered volumes change shape only through `put_message`.
+                return Err(StoreError::Invalid(format!(
+                    "node {}: split under a node with buffered messages",
+                    parent.block
+                )));
+            }
             let (kids, k) = children;
             let n = parent.count - 1 + k as u16;
             if n == 0 {
@@ -618,7 +750,7 @@ impl<'a> Txn<'a> {
 
     /// Install new top-level children as the root (growing or shrinking the tree).
     fn set_root(&mut self, children: Children) -> Result<()> {
-        let mut root = match children.1 {
+        let root = match children.1 {
             0 => 0,
             1 => children.0[0].1,
             _ => {
@@ -631,10 +763,15 @@ impl<'a> Txn<'a> {
                 b
             }
         };
-        // An internal root with one child is replaced by the child.
+        self.install_root(root)
+    }
+
+    /// Make `root` the transaction's root (published now unless a batch).
+    fn install_root(&mut self, mut root: u64) -> Result<()> {
+        // An internal root with one child and no messages is replaced by the child.
         while root != 0 {
             let node = self.cx.load(root, None)?;
-            if node.is_leaf() || node.count > 1 {
+            if node.is_leaf() || node.count > 1 || node.has_messages() {
                 break;
             }
             self.release(node.block, node.birth);

@@ -303,6 +303,7 @@ fn file_volume_grows_and_reopens() {
         size_limit_bytes: 256 << 20,
         initial_bytes: 1 << 20,
         inline_max: None,
+        buffer_bytes: 0,
     };
     {
         let s = Store::create(&path, &opts).expect("create");
@@ -340,6 +341,7 @@ fn size_limit_is_enforced_for_file_volumes() {
         size_limit_bytes: 2 << 20,
         initial_bytes: 1 << 20,
         inline_max: None,
+        buffer_bytes: 0,
     };
     let s = Store::create(&path, &opts).expect("create");
     let mut i = 0;
@@ -668,4 +670,87 @@ fn a_patch_is_skipped_only_while_the_stamp_holds() {
     let third = put(Some(stale), 3);
     assert!(third.patched);
     assert_eq!(meta_word(), 3);
+}
+
+#[test]
+fn bepsilon_buffers_hold_messages_and_answer_as_the_btree_does() {
+    for bs in [512u32, 4096] {
+        let (_a, plain) = sim_store(16 << 20, bs);
+        let (_b, be) = sim_store_buffered(16 << 20, bs, bs / 4);
+        let mut model = BTreeMap::new();
+        let mut saw_messages = false;
+        for round in 0..6u64 {
+            for i in 0..1500u64 {
+                // Spread keys so that inserts land all over the tree; a quarter are deleted and a
+                // tenth get block-sized values.
+                let key = k((i * 7919 + round * 131) % 4000);
+                let n = (i + round) % 10;
+                if n < 3 {
+                    assert_eq!(
+                        plain.delete(key).expect("delete"),
+                        be.delete(key).expect("delete be"),
+                        "delete {key:?}"
+                    );
+                    model.remove(&key);
+                } else {
+                    let len = if n == 9 {
+                        bs as usize
+                    } else {
+                        (i % 40) as usize
+                    };
+                    let v = value(i, round, len);
+                    plain.put(key, &v).expect("put");
+                    be.put(key, &v).expect("put be");
+                    model.insert(key, v);
+                }
+            }
+            let shape = be.shape().expect("shape");
+            saw_messages |= shape.messages > 0;
+            assert_eq!(plain.shape().expect("shape").messages, 0);
+            let want: Vec<_> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
+            assert_eq!(dump(&plain), want, "B+-tree, round {round}");
+            assert_eq!(dump(&be), want, "Bε-tree, round {round}");
+            for (key, v) in model.iter().step_by(37) {
+                assert_eq!(
+                    be.get_with(*key, |b| b.to_vec()).expect("get").as_ref(),
+                    Some(v)
+                );
+            }
+            // A bounded scan starting mid-tree.
+            let lo = k(1234);
+            let got = be.range(lo, k(2345), 50).expect("range");
+            let want: Vec<_> = model
+                .range(lo..k(2345))
+                .take(50)
+                .map(|(k, v)| (*k, v.clone()))
+                .collect();
+            assert_eq!(got, want);
+            if round % 2 == 1 {
+                be.commit().expect("commit");
+            }
+            let report = be.verify().expect("verify");
+            assert_eq!(report.leaked_blocks, 0, "round {round}");
+        }
+        assert!(saw_messages, "bs {bs}: no message was ever buffered");
+        assert_eq!(be.buffer_bytes(), bs / 4);
+    }
+}
+
+#[test]
+fn buffer_size_knob_is_checked_at_creation() {
+    for bad in [4u32, 2056, 4096] {
+        let sim = std::sync::Arc::new(iris_media::SimMedia::new(4 << 20));
+        let opts = CreateOptions {
+            block_size: 4096,
+            size_limit_bytes: 4 << 20,
+            initial_bytes: 4 << 20,
+            inline_max: None,
+            buffer_bytes: bad,
+        };
+        let err = Store::create_on(Box::new(sim), &opts, &boot(1)).err();
+        assert!(
+            matches!(err, Some(StoreError::Invalid(_))),
+            "buffer {bad} accepted"
+        );
+    }
 }

@@ -14,8 +14,13 @@ use iris_store::{Key, Store};
 type Entries = Vec<(Key, Vec<u8>)>;
 
 fn image() -> (Vec<u8>, Entries, Entries, u32) {
+    image_buffered(0)
+}
+
+/// [`image`] of a Bε-tree whose internal nodes buffer up to `buffer` bytes.
+fn image_buffered(buffer: u32) -> (Vec<u8>, Entries, Entries, u32) {
     let bs = 512u32;
-    let (sim, s) = sim_store(1 << 20, bs);
+    let (sim, s) = sim_store_buffered(1 << 20, bs, buffer);
     for i in 0..150u64 {
         let len = if i % 5 == 0 {
             512
@@ -31,6 +36,7 @@ fn image() -> (Vec<u8>, Entries, Entries, u32) {
     }
     s.commit().expect("commit");
     let new = dump(&s);
+    assert_eq!(s.shape().expect("shape").messages > 0, buffer > 0);
     let mut rng = rand::rngs::mock::StepRng::new(0, 0);
     let img = sim.crash_image(&mut rng, 0.0);
     drop(s);
@@ -77,7 +83,15 @@ fn every_superblock_byte_flip_errs_or_falls_back() {
 
 #[test]
 fn node_byte_flips_never_panic_and_are_caught_by_checksums() {
-    let (img, _old, new, bs) = image();
+    node_byte_flips(image());
+}
+
+#[test]
+fn bepsilon_node_byte_flips_never_panic_and_are_caught_by_checksums() {
+    node_byte_flips(image_buffered(128));
+}
+
+fn node_byte_flips((img, _old, new, bs): (Vec<u8>, Entries, Entries, u32)) {
     let bs = bs as usize;
     let magics: [&[u8]; 2] = [b"IRLF", b"IRIN"];
     let nodes: Vec<usize> = (0..img.len() / bs)

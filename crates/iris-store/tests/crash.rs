@@ -149,6 +149,8 @@ fn one_crash_point(seed: u64) {
         size_limit_bytes: size,
         initial_bytes: size / 4,
         inline_max: None,
+        // A third of the points run on a Bε-tree (buffers of a quarter block).
+        buffer_bytes: if seed % 3 == 2 { bs / 4 } else { 0 },
     };
     let s = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
     let mut model = Model::new();

@@ -49,9 +49,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, .. ProptestConfig::default() })]
 
     #[test]
-    fn store_matches_btreemap(steps in prop::collection::vec(step(), 1..200), bs_pick in 0u8..2) {
+    fn store_matches_btreemap(steps in prop::collection::vec(step(), 1..200), bs_pick in 0u8..2, buffer_pick in 0u8..3) {
         let bs: u32 = if bs_pick == 0 { 512 } else { 4096 };
-        let (mut sim, mut s): (Arc<SimMedia>, Store) = sim_store(8 << 20, bs);
+        // Both shapes on the same code: a B+-tree, a Bε-tree with tiny buffers (flushes on
+        // nearly every insert), and one with buffers of a quarter block.
+        let buffer = [0, 64, bs / 4][buffer_pick as usize];
+        let (mut sim, mut s): (Arc<SimMedia>, Store) = sim_store_buffered(8 << 20, bs, buffer);
         let mut model: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
         let mut committed = model.clone();
         let mut snap: Option<BTreeMap<Key, Vec<u8>>> = None;
@@ -131,5 +134,8 @@ proptest! {
         let got: BTreeMap<_, _> = dump(&s).into_iter().collect();
         prop_assert_eq!(&got, &model);
         prop_assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+        if buffer == 0 {
+            prop_assert_eq!(s.shape().expect("shape").messages, 0);
+        }
     }
 }

@@ -47,6 +47,7 @@ pub fn stat(args: StatArgs) -> Outcome {
         let doc = json!({
             "volume": volume.display().to_string(),
             "block_size": st.block_size,
+            "buffer_bytes": store.buffer_bytes(),
             "max_blocks": st.max_blocks,
             "backed_blocks": st.backed_blocks,
             "used_blocks": st.used_blocks,
@@ -64,6 +65,7 @@ pub fn stat(args: StatArgs) -> Outcome {
                 "inner_nodes": shape.inner_nodes,
                 "entries": shape.entries,
                 "data_blocks": shape.data_blocks,
+                "buffered_messages": shape.messages,
             },
             "snapshots": snaps.iter().map(|s| json!({
                 "name": s.name,
@@ -82,6 +84,13 @@ pub fn stat(args: StatArgs) -> Outcome {
     let lines = [
         format!("volume:          {}", volume.display()),
         format!("block size:      {}", st.block_size),
+        format!(
+            "tree kind:       {}",
+            match store.buffer_bytes() {
+                0 => "B+-tree".to_string(),
+                n => format!("Bε-tree, {n}-byte buffers"),
+            }
+        ),
         format!("size limit:      {} blocks", st.max_blocks),
         format!("backed:          {} blocks", st.backed_blocks),
         format!("used:            {} blocks", st.used_blocks),
@@ -97,8 +106,14 @@ pub fn stat(args: StatArgs) -> Outcome {
         format!("last commit:     {last_commit}"),
         format!("uncommitted:     {}", if st.dirty { "yes" } else { "no" }),
         format!(
-            "tree:            height {}, {} leaves, {} internal, {} entries, {} data blocks",
-            shape.height, shape.leaf_nodes, shape.inner_nodes, shape.entries, shape.data_blocks
+            "tree:            height {}, {} leaves, {} internal, {} entries, {} data blocks, \
+             {} buffered messages",
+            shape.height,
+            shape.leaf_nodes,
+            shape.inner_nodes,
+            shape.entries,
+            shape.data_blocks,
+            shape.messages
         ),
     ];
     for line in lines {

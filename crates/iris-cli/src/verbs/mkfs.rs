@@ -22,6 +22,10 @@ pub struct MkfsArgs {
     /// Block size in bytes (512 to 65536, a power of two).
     #[arg(long, default_value_t = 4096)]
     block_size: u32,
+    /// Bytes of pending updates each internal tree node may buffer (a Bε-tree; a multiple of
+    /// 8, at most half a block). 0 gives a plain B+-tree.
+    #[arg(long, default_value_t = 0)]
+    buffer_bytes: u32,
     /// Overwrite a non-empty file, even one that is not an Iris volume.
     #[arg(long)]
     force: bool,
@@ -44,13 +48,18 @@ pub fn run(args: MkfsArgs) -> Outcome {
         size_limit_bytes: args.size,
         initial_bytes: INITIAL_BYTES.min(args.size),
         inline_max: None,
+        buffer_bytes: args.buffer_bytes,
     };
     create_volume(volume, &opts)?;
     say(&format!(
-        "created {} (block size {}, size limit {})",
+        "created {} (block size {}, size limit {}, {})",
         volume.display(),
         args.block_size,
-        human_bytes(args.size)
+        human_bytes(args.size),
+        match args.buffer_bytes {
+            0 => "B+-tree".to_string(),
+            n => format!("Bε-tree with {n}-byte buffers"),
+        }
     ))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -8,12 +8,18 @@ use iris_store::{CreateOptions, Key, OpenOptions, Store};
 
 /// A store on simulated media of `bytes`, block size `bs`, boot 1.
 pub fn sim_store(bytes: u64, bs: u32) -> (Arc<SimMedia>, Store) {
+    sim_store_buffered(bytes, bs, 0)
+}
+
+/// Like [`sim_store`], a Bε-tree whose internal nodes buffer up to `buffer` bytes of messages.
+pub fn sim_store_buffered(bytes: u64, bs: u32, buffer: u32) -> (Arc<SimMedia>, Store) {
     let sim = Arc::new(SimMedia::new(bytes));
     let opts = CreateOptions {
         block_size: bs,
         size_limit_bytes: bytes,
         initial_bytes: bytes,
         inline_max: None,
+        buffer_bytes: buffer,
     };
     let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
     (sim, store)
