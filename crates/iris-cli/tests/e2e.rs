@@ -361,3 +361,57 @@ print(sorted(os.listdir("/tmp")))
         "True 0 13\nhello tmpfile\n[]\n"
     );
 }
+
+#[test]
+fn signal_handlers_that_call_into_iris_do_not_deadlock() {
+    let v = Volume::new("signals");
+    let bin = format!("/dev/shm/iris-sig-{}", std::process::id());
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/programs/signal_handlers.c"
+    );
+    let cc = Command::new("cc")
+        .args(["-O2", "-o", &bin, src])
+        .status()
+        .expect("cc");
+    assert!(cc.success());
+    // A deadlock would hang: `timeout` turns it into a failure.
+    let out = v.sh(&format!("timeout 120 {bin}"));
+    std::fs::remove_file(&bin).ok();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "handlers ok, signal ok, ticks ok, siginfo ok, usr1 ok, torn 0\n"
+    );
+    v.fsck_clean();
+}
+
+#[test]
+fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
+    let v = Volume::new("forks");
+    let bin = format!("/dev/shm/iris-fork-{}", std::process::id());
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/programs/fork_while_busy.c"
+    );
+    let cc = Command::new("cc")
+        .args(["-O2", "-pthread", "-o", &bin, src])
+        .status()
+        .expect("cc");
+    assert!(cc.success());
+    let out = v.sh(&format!("timeout 120 {bin}"));
+    std::fs::remove_file(&bin).ok();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "children ok 200/200\n");
+    v.fsck_clean();
+}

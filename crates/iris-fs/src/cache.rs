@@ -193,7 +193,9 @@ impl FileCache {
 
     #[cold]
     fn advance_to(&self, want: u64) -> Option<u64> {
-        let _g = self.advance.lock().ok()?;
+        // Never waits: a reader that finds another advancing reads past the map this once (and
+        // a child forked while a thread of its parent held this lock never blocks on it).
+        let _g = self.advance.try_lock().ok()?;
         let st = self.state.load(Ordering::SeqCst);
         if st != 0 && st >> EPOCH_BITS >= want {
             return (st >> EPOCH_BITS == want).then_some(st & EPOCH_MASK);

@@ -7,7 +7,9 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
+
+use crate::ForkSafeMutex as Mutex;
 
 use iris_store::{BlockPut, CreateOptions, Key, Located, OpenOptions, Store, ThenPatch, Tx, View};
 
@@ -657,15 +659,14 @@ impl Fs {
 
     /// Note an open handle on `ino` (the file outlives unlink until the last `release`).
     pub fn retain(&self, ino: u64) {
-        if let Ok(mut m) = self.open_counts.lock() {
-            *m.entry(ino).or_insert(0) += 1;
-        }
+        *self.open_counts.lock().entry(ino).or_insert(0) += 1;
     }
 
     /// Drop an open handle; the last one of an unlinked file frees it.
     pub fn release(&self, ino: u64) -> FsResult<()> {
-        let last = match self.open_counts.lock() {
-            Ok(mut m) => match m.get_mut(&ino) {
+        let last = {
+            let mut m = self.open_counts.lock();
+            match m.get_mut(&ino) {
                 Some(c) if *c > 1 => {
                     *c -= 1;
                     false
@@ -675,8 +676,7 @@ impl Fs {
                     true
                 }
                 None => false,
-            },
-            Err(_) => false,
+            }
         };
         if last {
             self.tx(|tx| match get_inode_tx(tx, ino) {
@@ -688,10 +688,7 @@ impl Fs {
     }
 
     fn is_open(&self, ino: u64) -> bool {
-        self.open_counts
-            .lock()
-            .map(|m| m.contains_key(&ino))
-            .unwrap_or(false)
+        self.open_counts.lock().contains_key(&ino)
     }
 
     /// Read up to `buf.len()` bytes at `off`; holes read as zeros; returns bytes read (0 at EOF).
@@ -704,10 +701,7 @@ impl Fs {
     /// it ([`Fs::read_file`]) skip the tree lookup of blocks read before, while the file is
     /// unchanged. Take it at open and keep it with the open file.
     pub fn file_cache(&self, ino: u64) -> Arc<FileCache> {
-        let mut map = match self.file_caches.lock() {
-            Ok(m) => m,
-            Err(p) => p.into_inner(),
-        };
+        let mut map = self.file_caches.lock();
         if let Some(c) = map.get(&ino).and_then(Weak::upgrade) {
             return c;
         }
@@ -717,6 +711,28 @@ impl Fs {
         let c = Arc::new(FileCache::new(ino));
         map.insert(ino, Arc::downgrade(&c));
         c
+    }
+
+    /// Hold this process's own locks of the file system (the table of open counts and of block
+    /// maps) across a `fork()`, so the child does not inherit one held by a thread it lacks.
+    /// Call from a `pthread_atfork` prepare handler; [`Fs::unlock_after_fork`] follows in both
+    /// the parent and the child.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.open_counts.lock());
+        std::mem::forget(self.file_caches.lock());
+    }
+
+    /// Release what [`Fs::lock_for_fork`] took.
+    ///
+    /// # Safety
+    /// Only after `lock_for_fork` on this `Fs`, in the thread that called it (parent) or the
+    /// child it forked.
+    pub unsafe fn unlock_after_fork(&self) {
+        // SAFETY: per the contract, lock_for_fork left both locked with their guards forgotten.
+        unsafe {
+            self.file_caches.force_unlock();
+            self.open_counts.force_unlock();
+        }
     }
 
     /// [`Fs::read_unless_shadowed`] through the block map of an open file.

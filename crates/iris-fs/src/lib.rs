@@ -22,3 +22,9 @@ pub use fs::{
     Fs, StatFs, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, SYMLOOP_MAX,
 };
 pub use inode::Inode;
+
+/// The lock for this process's own tables (not the volume's): it spins and yields, never parks,
+/// so a child forked while the lock is held by a thread it lacks can simply force it open (a
+/// parking lock would hand it to a waiter that does not exist there). Held for a few table
+/// operations at a time.
+pub type ForkSafeMutex<T> = spin::mutex::Mutex<T, spin::relax::Yield>;

@@ -4,9 +4,9 @@
 //! working directory from `PWD` (which shells export) when the kernel's is "/".
 #![allow(clippy::missing_safety_doc)]
 
+use iris_fs::ForkSafeMutex as Mutex;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 use libc::{c_char, c_int, size_t};
 
@@ -18,6 +18,17 @@ use crate::state::{self, cred, Busy};
 
 /// The Iris working directory: (inode, absolute path including the mount prefix).
 static CWD: Mutex<Option<(u64, Vec<u8>)>> = Mutex::new(None);
+
+/// Hold the Iris working directory across a fork (see `crate::fork`).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(CWD.lock());
+}
+
+/// Release what [`lock_for_fork`] took (parent and child after the fork).
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: only called after lock_for_fork, whose guard was forgotten.
+    unsafe { CWD.force_unlock() };
+}
 static IN_IRIS: AtomicBool = AtomicBool::new(false);
 
 /// The inode of the Iris working directory, if the working directory is in Iris.
@@ -26,15 +37,11 @@ pub(crate) fn iris_cwd() -> Option<u64> {
     if !IN_IRIS.load(Ordering::Acquire) {
         return None;
     }
-    CWD.lock()
-        .ok()
-        .and_then(|c| c.as_ref().map(|(ino, _)| *ino))
+    CWD.lock().as_ref().map(|(ino, _)| *ino)
 }
 
 fn current_abs() -> Option<Vec<u8>> {
-    CWD.lock()
-        .ok()
-        .and_then(|c| c.as_ref().map(|(_, p)| p.clone()))
+    CWD.lock().as_ref().map(|(_, p)| p.clone())
 }
 
 /// Lexically normalise an absolute path ("." and ".." removed).
@@ -63,18 +70,14 @@ fn normalize(path: &[u8]) -> Vec<u8> {
 fn enter(ino: u64, abs: Vec<u8>) -> c_int {
     // SAFETY: a NUL-terminated literal path; libc's own chdir.
     unsafe { real::chdir(c"/".as_ptr()) };
-    if let Ok(mut c) = CWD.lock() {
-        *c = Some((ino, abs));
-    }
+    *CWD.lock() = Some((ino, abs));
     IN_IRIS.store(true, Ordering::Release);
     0
 }
 
 fn leave() {
     IN_IRIS.store(false, Ordering::Release);
-    if let Ok(mut c) = CWD.lock() {
-        *c = None;
-    }
+    *CWD.lock() = None;
 }
 
 /// chdir into an Iris directory at `start`/`path`, whose absolute form is `abs`.

@@ -796,3 +796,9 @@ pub unsafe fn sync() {
         unsafe { f() }
     }
 }
+real_fn!(
+    sigaction,
+    "sigaction",
+    fn(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int,
+    -1
+);

@@ -7,8 +7,8 @@
 //! unlinked. A shadow lost in a reboot leaves the flag behind: it is cleared on next use and the
 //! last written-back bytes serve.
 
+use iris_fs::ForkSafeMutex as Mutex;
 use std::ffi::CString;
-use std::sync::Mutex;
 
 use iris_fs::{Errno, Fs};
 
@@ -16,6 +16,17 @@ use crate::real;
 
 /// Shadow fds this process holds, by inode.
 static OPEN: Mutex<Vec<(u64, i32)>> = Mutex::new(Vec::new());
+
+/// Hold the table of shadows across a fork (see `crate::fork`).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(OPEN.lock());
+}
+
+/// Release what [`lock_for_fork`] took (parent and child after the fork).
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: only called after lock_for_fork, whose guard was forgotten.
+    unsafe { OPEN.force_unlock() };
+}
 
 fn path(fs: &Fs, ino: u64) -> CString {
     CString::new(format!(
@@ -35,7 +46,6 @@ fn errno() -> Errno {
 
 fn cached(ino: u64) -> Option<i32> {
     OPEN.lock()
-        .ok()?
         .iter()
         .find(|(i, _)| *i == ino)
         .map(|(_, fd)| *fd)
@@ -82,9 +92,7 @@ pub(crate) fn open(fs: &Fs, ino: u64, create: bool) -> Result<i32, Errno> {
             }
         }
     }
-    if let Ok(mut v) = OPEN.lock() {
-        v.push((ino, fd));
-    }
+    OPEN.lock().push((ino, fd));
     Ok(fd)
 }
 
@@ -148,7 +156,8 @@ pub(crate) fn write_back(fs: &Fs, ino: u64) -> Result<(), Errno> {
 
 /// The file is gone: remove its shadow (mappings keep their pages).
 pub(crate) fn remove(fs: &Fs, ino: u64) {
-    if let Ok(mut v) = OPEN.lock() {
+    {
+        let mut v = OPEN.lock();
         if let Some(at) = v.iter().position(|(i, _)| *i == ino) {
             let (_, fd) = v.remove(at);
             // SAFETY: closing our own shadow fd.

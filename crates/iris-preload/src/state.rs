@@ -83,6 +83,10 @@ impl Drop for Busy {
     fn drop(&mut self) {
         let was = self.0;
         BUSY.with(|b| b.set(was));
+        if !was {
+            // Out of Iris: signals that came meanwhile run their handlers now.
+            crate::signals::deliver_deferred();
+        }
     }
 }
 
@@ -126,6 +130,7 @@ pub(crate) fn fs() -> Option<&'static Fs> {
         };
         match opened {
             Ok(mut fs) => {
+                crate::fork::install();
                 let first = crate::prefix::first();
                 if !first.is_empty() {
                     fs.set_mount_prefix(&first);

@@ -1,0 +1,35 @@
+//! fork() while other threads are inside Iris: the child has only the forking thread, so a
+//! process-local lock held by any other thread at that instant would stay held in the child for
+//! ever. The prepare handler takes every such lock (the Iris working directory, the shadow table,
+//! the file system's tables of open counts and block maps) so the fork happens between
+//! operations; both sides release them after. Locks in the volume's shared memory need nothing:
+//! the parent's threads live on and release them. (vfork and posix_spawn run no handlers and
+//! need none: the child runs nothing of Iris before exec.)
+
+use std::sync::Once;
+
+extern "C" fn prepare() {
+    crate::cwd::lock_for_fork();
+    crate::shadow::lock_for_fork();
+    if let Some(fs) = crate::state::fs_if_open() {
+        fs.lock_for_fork();
+    }
+}
+
+extern "C" fn release() {
+    if let Some(fs) = crate::state::fs_if_open() {
+        // SAFETY: prepare took these locks in this thread (or in the parent of this child).
+        unsafe { fs.unlock_after_fork() };
+    }
+    crate::shadow::unlock_after_fork();
+    crate::cwd::unlock_after_fork();
+}
+
+/// Register the handlers (once per process; a child inherits them).
+pub(crate) fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering plain extern "C" functions.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+    });
+}
