@@ -794,6 +794,21 @@ fn fsck_reports_file_system_damage() {
     assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("link count 7 but 2 expected"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--repair fixes them"));
+    // --repair sets the count from the tree, says so, exits 1; the volume then checks clean.
+    let out = run(&["fsck", "--repair", v]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fixed: directory") && err.contains("link count 7"),
+        "{err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("now clean"),
+        "{out:?}"
+    );
+    let out = run(&["fsck", v]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     std::fs::remove_file(&vol).ok();
 }
 

@@ -110,9 +110,9 @@ fn unwrap_abort(e: iris_store::StoreError) -> Errno {
     store_err(e)
 }
 
-type TxResult<T> = iris_store::Result<T>;
+pub(crate) type TxResult<T> = iris_store::Result<T>;
 
-fn get_inode_tx(tx: &Tx<'_, '_>, ino: u64) -> TxResult<Inode> {
+pub(crate) fn get_inode_tx(tx: &Tx<'_, '_>, ino: u64) -> TxResult<Inode> {
     match tx.get_with(key(ino, Kind::Inode, 0), |b| Inode::decode(ino, b))? {
         Some(Ok(i)) => Ok(i),
         Some(Err(e)) => Err(abort(e)),
@@ -120,7 +120,7 @@ fn get_inode_tx(tx: &Tx<'_, '_>, ino: u64) -> TxResult<Inode> {
     }
 }
 
-fn put_inode_tx(tx: &mut Tx<'_, '_>, inode: &Inode) -> TxResult<()> {
+pub(crate) fn put_inode_tx(tx: &mut Tx<'_, '_>, inode: &Inode) -> TxResult<()> {
     tx.put(key(inode.ino, Kind::Inode, 0), &inode.encode())
 }
 
@@ -135,7 +135,13 @@ fn lookup_tx(tx: &Tx<'_, '_>, dir: u64, name: &[u8]) -> TxResult<Option<(u64, u8
         .map(|(_, ino, t)| (ino, t)))
 }
 
-fn add_entry_tx(tx: &mut Tx<'_, '_>, dir: u64, name: &[u8], ino: u64, kind: u8) -> TxResult<()> {
+pub(crate) fn add_entry_tx(
+    tx: &mut Tx<'_, '_>,
+    dir: u64,
+    name: &[u8],
+    ino: u64,
+    kind: u8,
+) -> TxResult<()> {
     let k = key(dir, Kind::Dirent, name_hash(name));
     let mut entries = tx.get_with(k, dirent::decode)?.unwrap_or_default();
     entries.retain(|(n, _, _)| n != name);
@@ -147,7 +153,7 @@ fn add_entry_tx(tx: &mut Tx<'_, '_>, dir: u64, name: &[u8], ino: u64, kind: u8) 
     tx.put(k, &v)
 }
 
-fn remove_entry_tx(tx: &mut Tx<'_, '_>, dir: u64, name: &[u8]) -> TxResult<()> {
+pub(crate) fn remove_entry_tx(tx: &mut Tx<'_, '_>, dir: u64, name: &[u8]) -> TxResult<()> {
     let k = key(dir, Kind::Dirent, name_hash(name));
     let mut entries = tx.get_with(k, dirent::decode)?.unwrap_or_default();
     entries.retain(|(n, _, _)| n != name);
@@ -340,7 +346,7 @@ impl Fs {
         self.block_size
     }
 
-    fn tx<R>(&self, mut f: impl FnMut(&mut Tx<'_, '_>) -> TxResult<R>) -> FsResult<R> {
+    pub(crate) fn tx<R>(&self, mut f: impl FnMut(&mut Tx<'_, '_>) -> TxResult<R>) -> FsResult<R> {
         self.store.transact(|tx| f(tx)).map_err(unwrap_abort)
     }
 

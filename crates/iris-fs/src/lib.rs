@@ -14,7 +14,7 @@ mod keys;
 mod xattr;
 
 pub use cache::FileCache;
-pub use check::FsReport;
+pub use check::{FsReport, RepairReport};
 pub use cred::{Cred, R_OK, W_OK, X_OK};
 pub use dirent::DirEntry;
 pub use errno::{Errno, FsResult};

@@ -697,3 +697,123 @@ fn cached_readers_never_see_a_torn_or_reused_block_under_concurrent_overwrites()
         });
     });
 }
+
+/// The key of record `kind` at `off` of inode `ino` (the layout `keys.rs` documents).
+fn raw_key(ino: u64, kind: u64, off: u64) -> iris_store::Key {
+    iris_store::Key::new(ino, (kind << 56) | off)
+}
+
+/// The directory-entry key of `name` in `dir` (FNV-1a folded to 56 bits, as `keys.rs` says).
+fn dirent_key(dir: u64, name: &[u8]) -> iris_store::Key {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    raw_key(dir, 1, (h ^ (h >> 56)) & ((1 << 56) - 1))
+}
+
+/// A directory-entry record naming `ino` of type `t` (`[ino][type][len][name]`).
+fn dirent_value(name: &[u8], ino: u64, t: u8) -> Vec<u8> {
+    let mut v = ino.to_le_bytes().to_vec();
+    v.push(t);
+    v.push(name.len() as u8);
+    v.extend_from_slice(name);
+    v
+}
+
+#[test]
+fn repair_fixes_every_kind_of_damage_the_check_finds() {
+    let fs = fs();
+    let c = Cred::root();
+    let create = libc::O_CREAT | libc::O_RDWR;
+    let d = fs.mkdir(&c, ROOT_INO, b"d", 0o755).expect("mkdir d");
+    let e = fs.mkdir(&c, ROOT_INO, b"e", 0o755).expect("mkdir e");
+    let sub = fs.mkdir(&c, e, b"sub", 0o755).expect("mkdir sub");
+    let f = fs.open(&c, d, b"f", create, 0o644).expect("f").ino;
+    let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    fs.write(f, 0, &body).expect("write");
+    let g = fs.open(&c, ROOT_INO, b"g", create, 0o644).expect("g").ino;
+    fs.link(&c, ROOT_INO, b"g", ROOT_INO, b"h", false)
+        .expect("link");
+    assert!(fs.check().expect("check").problems.is_empty());
+    let store = fs.store();
+    let put = |k, v: &[u8]| store.put(k, v).expect("put");
+    let inode_rec = |ino: u64| {
+        store
+            .get_with(raw_key(ino, 0, 0), |v| v.to_vec())
+            .expect("get")
+            .expect("inode")
+    };
+
+    let mut grec = inode_rec(g);
+    grec[12] = 5; // link count
+    put(raw_key(g, 0, 0), &grec);
+    put(
+        dirent_key(ROOT_INO, b"ghost"),
+        &dirent_value(b"ghost", 999_999, libc::DT_REG),
+    );
+    put(raw_key(f, 2, 50), &[9u8; 100]); // data past the end
+    put(
+        dirent_key(ROOT_INO, b"d"),
+        &dirent_value(b"d", d, libc::DT_REG),
+    ); // wrong type
+    put(raw_key(0, 5, g), &[]); // orphan record of a named inode
+    store.delete(dirent_key(d, b"f")).expect("unname f");
+    store.delete(dirent_key(e, b"sub")).expect("unname sub");
+    put(raw_key(888_888, 2, 0), &[1u8; 64]); // data of no inode
+    put(raw_key(777_777, 0, 0), b"junk"); // unreadable inode record
+    put(
+        dirent_key(ROOT_INO, b"d2"),
+        &dirent_value(b"d2", d, libc::DT_DIR),
+    ); // second name
+    let mut erec = inode_rec(e);
+    erec[64..72].copy_from_slice(&d.to_le_bytes()); // '..'
+    put(raw_key(e, 0, 0), &erec);
+
+    let found = fs.check().expect("check").problems;
+    for want in [
+        "link count 5 but 2 names",
+        "names missing inode 999999",
+        "beyond its size",
+        "type 8 but inode",
+        "which still has names",
+        &format!("inode {f} has no name"),
+        &format!("directory {sub} is not reachable"),
+        "of missing inode 888888",
+        "inode 777777: record unreadable",
+        "more than one name",
+        "'..' is",
+    ] {
+        assert!(
+            found.iter().any(|l| l.contains(want)),
+            "{want:?} not in {found:?}"
+        );
+    }
+    let report = fs.repair().expect("repair");
+    assert!(report.left.is_empty(), "left: {:?}", report.left);
+    assert!(report.fixed.len() >= found.len(), "{report:?}");
+    assert!(fs.check().expect("check").problems.is_empty());
+    // Nothing that held data was thrown away: the nameless file and directory have names now.
+    let lf = fs
+        .resolve(&c, ROOT_INO, b"lost+found", false)
+        .expect("lost+found");
+    let f_again = fs
+        .resolve(&c, lf, format!("#{f}").as_bytes(), false)
+        .expect("f adopted");
+    assert_eq!(f_again, f);
+    let mut back = vec![0u8; body.len()];
+    assert_eq!(fs.read(f, 0, &mut back).expect("read"), body.len());
+    assert_eq!(back, body);
+    assert_eq!(
+        fs.resolve(&c, lf, format!("#{sub}").as_bytes(), false)
+            .expect("sub"),
+        sub
+    );
+    assert_eq!(fs.getattr(sub).expect("sub").parent, lf);
+    assert_eq!(fs.getattr(g).expect("g").nlink, 2);
+    assert_eq!(fs.getattr(e).expect("e").parent, ROOT_INO);
+    assert_eq!(fs.resolve(&c, ROOT_INO, b"d2", false), Err(Errno::ENOENT));
+    assert_eq!(fs.resolve(&c, ROOT_INO, b"d/", false).expect("d"), d);
+    assert_eq!(fs.store().verify().expect("verify").leaked_blocks, 0);
+}

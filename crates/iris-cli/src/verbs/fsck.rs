@@ -1,10 +1,11 @@
-//! `iris fsck`: check every structure of a volume, and with --repair free leaked blocks. Exit
+//! `iris fsck`: check every structure of a volume, and with --repair fix what can be fixed. Exit
 //! codes follow e2fsck: 0 clean, 1 errors corrected, 4 errors left uncorrected, 8 operational
 //! error (the volume could not be opened at all).
 //!
-//! What --repair can fix is what the store can fix: blocks marked used that no tree reaches
-//! (`Store::collect_garbage`). Corruption (a bad checksum, a broken node, a truncated volume) is
-//! reported and left: there is no second copy to repair it from.
+//! What --repair fixes: file-system damage (`Fs::repair`: stray entries, wrong link counts,
+//! types and `..`, nameless inodes into /lost+found, stray records) and blocks marked used that
+//! no tree reaches (`Store::collect_garbage`). Store corruption (a bad checksum, a broken node, a
+//! truncated volume) is reported and left: there is no second copy to repair it from.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,8 +29,8 @@ const EXIT_OPERATIONAL: u8 = 8;
 /// Arguments of `iris fsck`.
 #[derive(Args, Debug)]
 pub struct FsckArgs {
-    /// Free leaked blocks (blocks marked used that nothing reaches); exit 1 if any were freed.
-    /// Corruption cannot be repaired.
+    /// Repair file-system damage and free leaked blocks (blocks marked used that nothing
+    /// reaches); exit 1 if the volume is clean afterwards. Store corruption cannot be repaired.
     #[arg(long)]
     repair: bool,
     /// The volume.
@@ -66,26 +67,14 @@ pub fn run(args: FsckArgs) -> Outcome {
             return Ok(ExitCode::from(EXIT_UNCORRECTED));
         }
     };
-    match fs.check() {
-        Ok(fsr) if fsr.problems.is_empty() => {}
-        Ok(fsr) => {
-            for p in &fsr.problems {
-                eprintln!("iris: {}: {p}", volume.display());
-            }
-            verdict(format!(
-                "{}: {} file-system problems (not repairable yet)",
-                volume.display(),
-                fsr.problems.len()
-            ));
-            return Ok(ExitCode::from(EXIT_UNCORRECTED));
-        }
+    let fsr = match fs.check() {
+        Ok(fsr) => fsr,
         Err(e) => {
             eprintln!("iris: {}: file system: {e}", volume.display());
             return Ok(ExitCode::from(EXIT_UNCORRECTED));
         }
-    }
-    let store = fs.store();
-    if report.leaked_blocks == 0 {
+    };
+    if fsr.problems.is_empty() && report.leaked_blocks == 0 {
         verdict(format!(
             "{}: clean, {} blocks reachable",
             volume.display(),
@@ -94,42 +83,88 @@ pub fn run(args: FsckArgs) -> Outcome {
         return Ok(ExitCode::from(EXIT_CLEAN));
     }
     if !args.repair {
+        for p in &fsr.problems {
+            eprintln!("iris: {}: {p}", volume.display());
+        }
+        let mut found = Vec::new();
+        if !fsr.problems.is_empty() {
+            found.push(format!("{} file-system problems", fsr.problems.len()));
+        }
+        if report.leaked_blocks > 0 {
+            found.push(format!(
+                "{} leaked blocks (used, but nothing reaches them)",
+                report.leaked_blocks
+            ));
+        }
         verdict(format!(
-            "{}: {} leaked blocks (used, but nothing reaches them); --repair frees them",
+            "{}: {}; --repair fixes them",
             volume.display(),
-            report.leaked_blocks
+            found.join(", ")
         ));
         return Ok(ExitCode::from(EXIT_UNCORRECTED));
     }
+    Ok(ExitCode::from(repair(
+        volume,
+        &fs,
+        !fsr.problems.is_empty(),
+    )))
+}
+
+/// Repair the file system (if `fs_damage`), free leaked blocks, commit, and check again: the
+/// exit status says "corrected" only for a volume that now checks clean.
+fn repair(volume: &std::path::Path, fs: &iris_fs::Fs, fs_damage: bool) -> u8 {
+    let fail = |e: String| {
+        eprintln!("iris: {e}");
+        EXIT_UNCORRECTED
+    };
+    let mut fixed = 0;
+    if fs_damage {
+        match fs.repair() {
+            Ok(r) => {
+                for line in &r.fixed {
+                    eprintln!("iris: {}: fixed: {line}", volume.display());
+                }
+                fixed = r.fixed.len();
+            }
+            Err(e) => return fail(format!("{}: file system: {e}", volume.display())),
+        }
+    }
+    let store = fs.store();
+    if let Err(e) = store.commit() {
+        return fail(store_failure(volume, &e));
+    }
     let freed_blocks = match store.collect_garbage() {
         Ok(n) => n,
-        Err(e) => {
-            eprintln!("iris: {}", store_failure(volume, &e));
-            return Ok(ExitCode::from(EXIT_UNCORRECTED));
-        }
+        Err(e) => return fail(store_failure(volume, &e)),
     };
-    // Check again: say "corrected" only for a volume that now checks clean.
-    match store.verify() {
-        Ok(after) if after.leaked_blocks == 0 => {
-            verdict(format!(
-                "{}: freed {freed_blocks} leaked blocks; now clean, {} blocks reachable",
-                volume.display(),
-                after.reachable_blocks
-            ));
-            Ok(ExitCode::from(EXIT_CORRECTED))
-        }
-        Ok(after) => {
-            verdict(format!(
-                "{}: freed {freed_blocks} blocks, but {} leaked blocks remain",
-                volume.display(),
-                after.leaked_blocks
-            ));
-            Ok(ExitCode::from(EXIT_UNCORRECTED))
-        }
-        Err(e) => {
-            eprintln!("iris: {}", store_failure(volume, &e));
-            Ok(ExitCode::from(EXIT_UNCORRECTED))
-        }
+    let after = match store.verify() {
+        Ok(after) => after,
+        Err(e) => return fail(store_failure(volume, &e)),
+    };
+    let left = match fs.check() {
+        Ok(r) => r.problems,
+        Err(e) => return fail(format!("{}: file system: {e}", volume.display())),
+    };
+    for p in &left {
+        eprintln!("iris: {}: {p}", volume.display());
+    }
+    if after.leaked_blocks == 0 && left.is_empty() {
+        verdict(format!(
+            "{}: fixed {fixed} file-system problems, freed {freed_blocks} leaked blocks; now \
+             clean, {} blocks reachable",
+            volume.display(),
+            after.reachable_blocks
+        ));
+        EXIT_CORRECTED
+    } else {
+        verdict(format!(
+            "{}: fixed {fixed} problems and freed {freed_blocks} blocks, but {} problems and {} \
+             leaked blocks remain",
+            volume.display(),
+            left.len(),
+            after.leaked_blocks
+        ));
+        EXIT_UNCORRECTED
     }
 }
 
