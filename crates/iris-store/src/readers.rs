@@ -149,8 +149,10 @@ impl Readers {
             let global = self.word(EPOCH_OFF);
             loop {
                 let e = global.load(Ordering::SeqCst);
+                // SeqCst store then SeqCst load: the load is not ordered before the store (on
+                // x86 the store is an xchg, a full barrier), which with the SeqCst loads of the
+                // slots in `grace_period` keeps a reader and a reclaimer from missing each other.
                 epoch.store(e, Ordering::SeqCst);
-                fence(Ordering::SeqCst);
                 if global.load(Ordering::SeqCst) == e {
                     break;
                 }
@@ -169,8 +171,8 @@ impl Readers {
             let (owner, epoch) = self.slot(i);
             let mut spins = 0u32;
             loop {
-                let o = owner.load(Ordering::Acquire);
-                let e = epoch.load(Ordering::Acquire);
+                let o = owner.load(Ordering::SeqCst);
+                let e = epoch.load(Ordering::SeqCst);
                 if o == 0 || e == 0 || e >= target || o == who {
                     break;
                 }

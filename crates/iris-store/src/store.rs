@@ -245,12 +245,14 @@ pub struct TreeShape {
 }
 
 /// What `verify` found besides corruption (which is an error).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VerifyReport {
     /// Blocks reachable from some root.
     pub reachable_blocks: u64,
     /// Blocks marked used that nothing reaches and no commit is waiting to free (leaks).
     pub leaked_blocks: u64,
+    /// The first few leaked block numbers (to look at what they hold).
+    pub leaked_sample: Vec<u64>,
 }
 
 pub(crate) struct Inner {
@@ -1562,6 +1564,7 @@ impl Store {
             recovery::mark_tree(&cx, root, &mut marks, Walk::Verify, committed)?;
         }
         let mut leaked = 0;
+        let mut leaked_sample = Vec::new();
         inner.alloc.reap_dead_writers();
         let reserved = inner.alloc.readers().reserved();
         for b in inner.layout.data_start..inner.layout.max_blocks {
@@ -1586,11 +1589,15 @@ impl Store {
                 && !inner.alloc.readers().is_parked(b)
             {
                 leaked += 1;
+                if leaked_sample.len() < 16 {
+                    leaked_sample.push(b);
+                }
             }
         }
         Ok(VerifyReport {
             reachable_blocks: marks.count(),
             leaked_blocks: leaked,
+            leaked_sample,
         })
     }
 
