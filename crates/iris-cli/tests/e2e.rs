@@ -415,3 +415,62 @@ fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
     assert_eq!(stdout, "children ok 200/200\n");
     v.fsck_clean();
 }
+
+#[test]
+fn execl_execlp_and_execle_keep_iris_in_the_new_image() {
+    let v = Volume::new("execlist");
+    let bin = format!("/dev/shm/iris-execl-{}", std::process::id());
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/exec_list.c");
+    let cc = Command::new("cc")
+        .args(["-O2", "-o", &bin, src])
+        .status()
+        .expect("cc");
+    assert!(cc.success());
+    let out = v.sh(&format!("{bin} && cat /iris/ex.txt"));
+    std::fs::remove_file(&bin).ok();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "stage 0\nstage 1\nstage 2\na b c d e f g h\n"
+    );
+}
+
+#[test]
+fn msync_of_a_shared_mapping_reaches_the_volume() {
+    let v = Volume::new("msync");
+    let bin = format!("/dev/shm/iris-msync-{}", std::process::id());
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/programs/msync_durable.c"
+    );
+    let cc = Command::new("cc")
+        .args(["-O2", "-o", &bin, src])
+        .status()
+        .expect("cc");
+    assert!(cc.success());
+    // The program kills itself: the shell reports it, the volume keeps what msync committed.
+    let out = v.sh(&format!("{bin}; echo status $?"));
+    std::fs::remove_file(&bin).ok();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "status 137\n");
+    let cat = Command::new(IRIS)
+        .arg("cat")
+        .arg(&v.0)
+        .arg("/m")
+        .output()
+        .expect("iris cat");
+    assert!(
+        cat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cat.stderr)
+    );
+    let bytes = cat.stdout;
+    assert_eq!(bytes.len(), 16384);
+    assert_eq!(&bytes[..11], b"synced page");
+    assert_eq!(&bytes[12288..12300], b"after mremap");
+    // Bytes written without msync (and never closed or fsync'd) may or may not be in the
+    // volume; Linux makes no promise either. The synced ones must be.
+}

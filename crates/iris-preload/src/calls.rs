@@ -1434,8 +1434,15 @@ fn mmap_iris(
             return libc::MAP_FAILED;
         }
         return match crate::shadow::open(fs, file.ino, true) {
-            // SAFETY: mapping the shadow with the caller's arguments.
-            Ok(sfd) => unsafe { real::mmap(addr, len, prot, flags, sfd, off) },
+            Ok(sfd) => {
+                // SAFETY: mapping the shadow with the caller's arguments.
+                let p = unsafe { real::mmap(addr, len, prot, flags, sfd, off) };
+                if p != libc::MAP_FAILED {
+                    crate::mappings::replaced(p, len);
+                    crate::mappings::add(p, len, file.ino);
+                }
+                p
+            }
             Err(e) => {
                 set(e.0);
                 libc::MAP_FAILED
@@ -1450,6 +1457,7 @@ fn mmap_iris(
     if p == libc::MAP_FAILED {
         return p;
     }
+    crate::mappings::replaced(p, len);
     let _b = Busy::enter();
     if let Ok(fs) = fs_or_eio() {
         // SAFETY: the new mapping is len bytes, readable and writable.
@@ -1472,8 +1480,14 @@ pub unsafe extern "C" fn mmap(
 ) -> *mut c_void {
     match fdtable::get(fd) {
         Some(f) if flags & libc::MAP_ANONYMOUS == 0 => mmap_iris(&f, addr, len, prot, flags, off),
-        // SAFETY: forwarding.
-        _ => unsafe { real::mmap(addr, len, prot, flags, fd, off) },
+        _ => {
+            // SAFETY: forwarding.
+            let p = unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+            if p != libc::MAP_FAILED && flags & libc::MAP_FIXED != 0 {
+                crate::mappings::replaced(p, len);
+            }
+            p
+        }
     }
 }
 
@@ -1488,8 +1502,14 @@ pub unsafe extern "C" fn mmap64(
 ) -> *mut c_void {
     match fdtable::get(fd) {
         Some(f) if flags & libc::MAP_ANONYMOUS == 0 => mmap_iris(&f, addr, len, prot, flags, off),
-        // SAFETY: forwarding.
-        _ => unsafe { real::mmap64(addr, len, prot, flags, fd, off) },
+        _ => {
+            // SAFETY: forwarding.
+            let p = unsafe { real::mmap64(addr, len, prot, flags, fd, off) };
+            if p != libc::MAP_FAILED && flags & libc::MAP_FIXED != 0 {
+                crate::mappings::replaced(p, len);
+            }
+            p
+        }
     }
 }
 

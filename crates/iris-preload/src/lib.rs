@@ -14,10 +14,13 @@ mod description;
 mod dirstream;
 mod errno;
 mod exec;
+#[cfg(target_arch = "x86_64")]
+mod exec_list;
 mod fdtable;
 mod fork;
 mod inherit;
 mod locks;
+mod mappings;
 mod more;
 mod prefix;
 mod real;

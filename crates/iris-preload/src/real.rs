@@ -802,3 +802,27 @@ real_fn!(
     fn(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int,
     -1
 );
+real_fn!(
+    munmap,
+    "munmap",
+    fn(addr: *mut c_void, len: size_t) -> c_int,
+    -1
+);
+real_fn!(
+    msync,
+    "msync",
+    fn(addr: *mut c_void, len: size_t, flags: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    mremap,
+    "mremap",
+    fn(
+        old: *mut c_void,
+        old_len: size_t,
+        new_len: size_t,
+        flags: c_int,
+        new_addr: *mut c_void,
+    ) -> *mut c_void,
+    libc::MAP_FAILED
+);

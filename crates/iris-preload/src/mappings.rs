@@ -1,0 +1,114 @@
+//! Where this process maps Iris files `MAP_SHARED` (the shadow files of `shadow`), so that
+//! `msync` of such a range puts the bytes back into the volume, as `fsync` does (and commits
+//! for `MS_SYNC`), and `munmap`/`mremap` keep the table true. Other mappings pass through.
+
+use iris_fs::ForkSafeMutex as Mutex;
+use libc::{c_int, c_void, size_t};
+
+use crate::real;
+use crate::state::Busy;
+
+/// (start address, length, inode) of each shared mapping of an Iris file.
+static MAPS: Mutex<Vec<(usize, usize, u64)>> = Mutex::new(Vec::new());
+
+/// Note a new shared mapping of inode `ino`.
+pub(crate) fn add(addr: *mut c_void, len: size_t, ino: u64) {
+    MAPS.lock().push((addr as usize, len, ino));
+}
+
+/// A new mapping at `addr` (MAP_FIXED) replaced whatever was there.
+pub(crate) fn replaced(addr: *mut c_void, len: size_t) {
+    if !MAPS.lock().is_empty() {
+        forget(addr as usize, len);
+    }
+}
+
+/// The inodes mapped somewhere in `[addr, addr + len)`.
+fn inodes_in(addr: usize, len: usize) -> Vec<u64> {
+    let end = addr.saturating_add(len);
+    let mut out: Vec<u64> = MAPS
+        .lock()
+        .iter()
+        .filter(|(a, l, _)| *a < end && addr < a + l)
+        .map(|(_, _, ino)| *ino)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Forget the part of every mapping inside `[addr, addr + len)` (what munmap removes).
+fn forget(addr: usize, len: usize) {
+    let end = addr.saturating_add(len);
+    let mut maps = MAPS.lock();
+    let mut kept = Vec::with_capacity(maps.len());
+    for &(a, l, ino) in maps.iter() {
+        let e = a + l;
+        if e <= addr || end <= a {
+            kept.push((a, l, ino));
+            continue;
+        }
+        if a < addr {
+            kept.push((a, addr - a, ino));
+        }
+        if end < e {
+            kept.push((end, e - end, ino));
+        }
+    }
+    *maps = kept;
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
+    let inodes = inodes_in(addr as usize, len);
+    if !inodes.is_empty() && flags & libc::MS_INVALIDATE == 0 {
+        let _b = Busy::enter();
+        if let Some(fs) = crate::state::fs_if_open() {
+            for ino in inodes {
+                if let Err(e) = crate::shadow::write_back(fs, ino) {
+                    return crate::errno::fail(e.0);
+                }
+            }
+            if flags & libc::MS_SYNC != 0 {
+                if let Err(e) = fs.sync() {
+                    return crate::errno::fail(e.0);
+                }
+            }
+        }
+    }
+    // SAFETY: forwarding (the shadow file's own pages).
+    unsafe { real::msync(addr, len, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { real::munmap(addr, len) };
+    if r == 0 {
+        forget(addr as usize, len);
+    }
+    r
+}
+
+/// `mremap` is variadic in C (the new address comes only with MREMAP_FIXED); on x86-64 that
+/// fifth argument travels in a register either way, so a five-argument definition reads it.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: forwarding.
+    let p = unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
+    if p != libc::MAP_FAILED {
+        let moved: Vec<u64> = inodes_in(old as usize, old_len.max(1));
+        // With MREMAP_DONTUNMAP the old range stays, as anonymous memory: nothing of Iris.
+        forget(old as usize, old_len);
+        if let Some(ino) = moved.first() {
+            add(p, new_len, *ino);
+        }
+    }
+    p
+}
