@@ -104,9 +104,13 @@ fn shell_and_coreutils() {
     let out = v.sh_ok(
         "seq 1 2000 > /iris/n && truncate -s 20 /iris/n && sort -r /iris/y -o /iris/z && cat /iris/z && \
          gzip /iris/n && ls /iris/n.gz && gunzip /iris/n.gz && wc -c < /iris/n && \
+         dd if=/iris/n of=/iris/dd bs=4 skip=1 count=3 2>/dev/null && cat /iris/dd && echo && \
          cd /iris && mkdir q && cd q && echo inq > rel && pwd && cat /iris/q/rel",
     );
-    assert_eq!(out, "b\na\n/iris/n.gz\n20\n/iris/q\ninq\n");
+    assert_eq!(
+        out,
+        "b\na\n/iris/n.gz\n20\n3\n4\n5\n6\n7\n8\n\n/iris/q\ninq\n"
+    );
 }
 
 #[test]

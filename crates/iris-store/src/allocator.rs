@@ -44,6 +44,15 @@ fn share_of(w: u64) -> u64 {
     (w / LINE_WORDS) % PARTITIONS
 }
 
+/// Lower `cursor` to `w` if that is lower, without taking its cache line when it is not (the
+/// cursors live in lines every writer reads).
+#[inline]
+fn lower(cursor: &std::sync::atomic::AtomicU64, w: u64) {
+    if cursor.load(Ordering::Relaxed) > w {
+        cursor.fetch_min(w, Ordering::AcqRel);
+    }
+}
+
 impl Allocator {
     pub fn new(region: Region, layout: Layout, header: Header) -> Self {
         Allocator {
@@ -237,7 +246,7 @@ impl Allocator {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.header.add_used(1);
+                    self.header.add_used(share_of(word), 1);
                     return Some(b);
                 }
                 Err(now) => bits = now,
@@ -268,13 +277,11 @@ impl Allocator {
             .w_word(word)
             .fetch_and(!(1 << (b % 64)), Ordering::AcqRel);
         if prev & (1 << (b % 64)) != 0 {
-            self.header.add_used(-1);
+            self.header.add_used(share_of(word), -1);
             // Reuse freed blocks before untouched ones: their pages are already backed and
             // likely cached, where a never-used page of a sparse volume costs a zero-fill fault.
-            self.header
-                .part_hint(share_of(word))
-                .fetch_min(word, Ordering::Relaxed);
-            self.header.shared_hint().fetch_min(word, Ordering::Relaxed);
+            lower(self.header.part_hint(share_of(word)), word);
+            lower(self.header.shared_hint(), word);
         }
     }
 
@@ -288,12 +295,11 @@ impl Allocator {
         }
         // One summary bit per P word; remember which summary words to visit at commit.
         let sw = word / 64;
-        self.header
-            .word(HeaderWord::Lo)
-            .fetch_min(sw, Ordering::AcqRel);
-        self.header
-            .word(HeaderWord::Hi)
-            .fetch_max(sw, Ordering::AcqRel);
+        lower(self.header.word(HeaderWord::Lo), sw);
+        let hi = self.header.word(HeaderWord::Hi);
+        if hi.load(Ordering::Acquire) < sw {
+            hi.fetch_max(sw, Ordering::AcqRel);
+        }
         self.summary_word(sw)
             .fetch_or(1 << (word % 64), Ordering::AcqRel);
         self.header
@@ -321,12 +327,11 @@ impl Allocator {
                     continue;
                 }
                 let freed = self.w_word(w).fetch_and(!p, Ordering::AcqRel) & p;
-                self.header.add_used(-i64::from(freed.count_ones()));
+                self.header
+                    .add_used(share_of(w), -i64::from(freed.count_ones()));
                 if freed != 0 {
-                    self.header
-                        .part_hint(share_of(w))
-                        .fetch_min(w, Ordering::Relaxed);
-                    self.header.shared_hint().fetch_min(w, Ordering::Relaxed);
+                    lower(self.header.part_hint(share_of(w)), w);
+                    lower(self.header.shared_hint(), w);
                 }
                 self.p_word(w).store(0, Ordering::Release);
             }
@@ -433,7 +438,7 @@ impl Allocator {
             let p = self.p_word(w).fetch_and(used, Ordering::AcqRel);
             unpended += u64::from((p & !used).count_ones());
         }
-        self.header.add_used(-(freed as i64));
+        self.header.add_used(0, -(freed as i64));
         self.header
             .set_pending_blocks(self.header.pending_blocks().saturating_sub(unpended));
         freed

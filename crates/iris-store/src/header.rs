@@ -47,6 +47,11 @@ const _: () = assert!(VOLUME_ID + 8 <= crate::readers::EPOCH_OFF);
 const _: () = assert!(PENDING_HI + 8 <= crate::readers::LIMBO_OFF);
 /// Set when a partition lock's holder died and the repair (which needs every lock) is due.
 const REPAIR_NEEDED: u64 = 688;
+/// Per-share counters of used blocks, one cache line each (writers of different partitions
+/// allocate and free without sharing a line); the used count is USED_BLOCKS plus all of them.
+const USED_SHARES: u64 = 6656;
+const _: () = assert!(PARTITION_LINES + PARTITIONS * PARTITION_LINE <= USED_SHARES);
+const _: () = assert!(USED_SHARES + PARTITIONS * 64 <= LIMBO_LISTS);
 /// Change stamps: one counter per bucket of key high words (see [`Header::change_stamp`]).
 const CHANGE_STAMPS: u64 = 4096;
 /// Writer partitions: keys are spread over them by high word; each has its own lock, so writers
@@ -172,7 +177,6 @@ impl Header {
     field!(committed_gen, set_committed_gen, COMMITTED_GEN);
     field!(committed_root, set_committed_root, COMMITTED_ROOT);
     field!(backed_blocks, set_backed_blocks, BACKED_BLOCKS);
-    field!(used_blocks, set_used_blocks, USED_BLOCKS);
     field!(commits, set_commits, COMMITS);
     field!(bytes_persisted, set_bytes_persisted, BYTES_PERSISTED);
     field!(snapshot_held, set_snapshot_held, SNAPSHOT_HELD);
@@ -242,13 +246,40 @@ impl Header {
             .max()
     }
 
-    /// Add `n` to a counter field with one atomic RMW.
-    pub fn add_used(&self, delta: i64) {
-        let a = self.region.atomic_u64(self.off + USED_BLOCKS);
-        if delta >= 0 {
-            a.fetch_add(delta as u64, Ordering::AcqRel);
-        } else {
-            a.fetch_sub(delta.unsigned_abs(), Ordering::AcqRel);
+    /// Add `delta` to the used-block count, on the counter line of bitmap share `share`.
+    #[inline]
+    pub fn add_used(&self, share: u64, delta: i64) {
+        self.region
+            .atomic_u64(self.off + USED_SHARES + (share % PARTITIONS) * 64)
+            .fetch_add(delta as u64, Ordering::AcqRel);
+    }
+
+    /// Blocks in use (metadata included).
+    pub fn used_blocks(&self) -> u64 {
+        (0..PARTITIONS).fold(self.region.read_u64(self.off + USED_BLOCKS), |n, s| {
+            n.wrapping_add(
+                self.region
+                    .atomic_u64(self.off + USED_SHARES + s * 64)
+                    .load(Ordering::Acquire),
+            )
+        })
+    }
+
+    /// Set the used-block count (no writer may be allocating or freeing).
+    pub fn set_used_blocks(&self, n: u64) {
+        for s in 0..PARTITIONS {
+            self.region
+                .atomic_u64(self.off + USED_SHARES + s * 64)
+                .store(0, Ordering::Release);
+        }
+        self.region.write_u64(self.off + USED_BLOCKS, n);
+    }
+
+    /// Mark the working tree changed since the last commit (a store only when it was not).
+    #[inline]
+    pub fn mark_dirty(&self) {
+        if self.dirty() == 0 {
+            self.set_dirty(1);
         }
     }
 

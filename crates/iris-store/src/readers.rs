@@ -215,12 +215,16 @@ impl Readers {
         count.store(0, Ordering::Release);
     }
 
-    /// Reserve an in-flight slot for `block`, allocated but not yet published (caller holds a
-    /// partition lock; writers of other partitions reserve concurrently). Garbage collection
-    /// keeps reserved blocks. `None` if every slot is taken.
-    pub fn reserve(&self, block: u64) -> Option<u64> {
+    /// Reserve an in-flight slot for `block`, allocated by partition `p`'s writer and filled
+    /// outside the lock before it is published (caller holds that partition's lock; writers of
+    /// other partitions reserve concurrently). Garbage collection keeps reserved blocks. `None`
+    /// if every slot is taken.
+    pub fn reserve(&self, p: u64, block: u64) -> Option<u64> {
         let who = me();
-        for i in 0..INFLIGHT_SLOTS {
+        // Writers of different partitions start in different cache lines (four slots a line).
+        let start = (p * 4) % INFLIGHT_SLOTS;
+        for k in 0..INFLIGHT_SLOTS {
+            let i = (start + k) % INFLIGHT_SLOTS;
             let owner = self.word(INFLIGHT_OFF + i * 16);
             // Claim the slot with a marker first, so the block word is never read half-set by
             // a collector: it reads an owner of 1 (no such process) as dead and the block as 0.

@@ -966,7 +966,7 @@ impl Store {
                 (b, g)
             }
         };
-        match inner.alloc.readers().reserve(b) {
+        match inner.alloc.readers().reserve(p, b) {
             Some(slot) => Ok(Some((b, slot))),
             None => {
                 inner.alloc.free_now(b);

@@ -793,7 +793,7 @@ impl<'a> Txn<'a> {
                 .region
                 .publish_u64(self.cx.header.working_root_off(), self.root);
         }
-        self.cx.header.set_dirty(1);
+        self.cx.header.mark_dirty();
         // Before any released block can be reused: a cached location of an old value must be
         // seen stale by then (see Header::change_stamp).
         self.cx.header.bump_change_stamps(&self.touched);
