@@ -870,6 +870,73 @@ impl Fs {
         }
     }
 
+    /// A write over several blocks of the file that were all written since the last commit:
+    /// holding only the locks of their partitions (see `Store::overwrite_blocks`), with the
+    /// size and times patched in the same hold. `None` when it does not apply (blocks new,
+    /// committed, shorter than the write needs, or too many): the caller takes the general way.
+    fn overwrite_blocks(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        now: i64,
+        honor_shadow: bool,
+    ) -> FsResult<Option<Option<usize>>> {
+        let bs = self.block_size;
+        let end = off + data.len() as u64;
+        let (first, last) = (off / bs, (end - 1) / bs);
+        if (last - first + 1) as usize > iris_store::OVERWRITE_MAX_BLOCKS {
+            return Ok(None);
+        }
+        let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
+            return Ok(Some(None));
+        };
+        let keys: Vec<Key> = (first..=last).map(|b| key(ino, Kind::Data, b)).collect();
+        // The part of block `first + i` this write covers: (offset in the block, bytes of data).
+        let span = |i: usize| {
+            let bstart = (first + i as u64) * bs;
+            let from = off.max(bstart);
+            let to = end.min(bstart + bs);
+            (
+                (from - bstart) as usize,
+                &data[(from - off) as usize..(to - off) as usize],
+            )
+        };
+        let after = Cell::new(None);
+        let put = self
+            .store
+            .overwrite_blocks(
+                &keys,
+                |i, len| {
+                    let (at, src) = span(i);
+                    at + src.len() <= len as usize
+                },
+                |i, old, out| {
+                    let (at, src) = span(i);
+                    if at == 0 && src.len() == out.len() {
+                        iris_store::copy_streaming(out, src);
+                    } else {
+                        out.copy_from_slice(old);
+                        out[at..at + src.len()].copy_from_slice(src);
+                    }
+                },
+                Some(ThenPatch {
+                    key: key(ino, Kind::Inode, 0),
+                    unless_unchanged_since: skip,
+                    patch: size_and_times(ino, end, now, &after),
+                }),
+            )
+            .map_err(store_err)?;
+        let Some(put) = put else {
+            return Ok(None);
+        };
+        if !put.found {
+            return Err(Errno::ENOENT);
+        }
+        self.refresh_inode_after(&inode, &put, after.get());
+        Ok(Some(Some(data.len())))
+    }
+
     /// [`Fs::write`], or `None` (nothing written) when the file's bytes live in a shadow file.
     pub fn write_unless_shadowed(
         &self,
@@ -1002,6 +1069,9 @@ impl Fs {
                 return Err(Errno::ENOENT);
             }
             return Ok(Some(data.len()));
+        }
+        if let Some(done) = self.overwrite_blocks(ino, off, data, now, honor_shadow)? {
+            return Ok(done);
         }
         let written = self.tx(|tx| {
             if honor_shadow && get_inode_tx(tx, ino)?.is_shadowed() {

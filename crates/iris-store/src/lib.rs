@@ -10,6 +10,7 @@ mod allocator;
 mod blocklist;
 mod commit;
 mod error;
+mod failpoint;
 mod header;
 mod key;
 mod layout;
@@ -30,7 +31,7 @@ pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
     kernel_boot_id, BlockPut, BlockRef, CreateOptions, Located, Op, OpenOptions, Patch,
-    SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View,
+    SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View, OVERWRITE_MAX_BLOCKS,
 };
 pub use stream::copy_streaming;
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

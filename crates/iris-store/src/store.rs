@@ -23,6 +23,10 @@ use crate::tree::{max_inline_for, Ctx, Txn};
 use crate::undo::Undo;
 use crate::volume_lock::{self, Acquired};
 
+mod overwrite;
+
+pub use overwrite::OVERWRITE_MAX_BLOCKS;
+
 /// How to create a volume.
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
@@ -614,10 +618,15 @@ impl Store {
             },
             opts,
         );
-        if behind {
+        if trusted {
+            // Joining a live volume: take the locks once, so that whatever a process killed
+            // while holding one left half done (a multi-block overwrite, an in-place write) is
+            // repaired before this opener reads a byte.
             let inner = &*store.inner;
             let _g = inner.lock()?;
-            commit::reconcile(&inner.cx())?;
+            if behind {
+                commit::reconcile(&inner.cx())?;
+            }
         }
         Ok(store)
     }
@@ -996,7 +1005,7 @@ impl Store {
         }
         let patch_key = then.as_ref().map(|t| t.key);
         let s0 = patch_key.map(|k| inner.header.change_stamp(k));
-        let plan = Self::plan_patch(inner, &txn, p, then)?;
+        let plan = Self::plan_patch(inner, &txn, 1 << p, then)?;
         if let PatchPlan::Escalate = plan {
             return Ok(None);
         }
@@ -1020,7 +1029,7 @@ impl Store {
             block,
             len: len as u32,
         };
-        Self::finish_in_place(inner, txn, key, patch_key.zip(s0), plan, at).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
     }
 
     /// Apply the plan's patch, publish, and say what the caller may cache. `patch` is the
@@ -1028,10 +1037,9 @@ impl Store {
     fn finish_in_place(
         inner: &Inner,
         mut txn: Txn<'_>,
-        key: Key,
+        located: Option<(Key, BlockRef)>,
         patch: Option<(Key, u64)>,
         plan: PatchPlan,
-        at: BlockRef,
     ) -> Result<BlockPut> {
         let patched = match &plan {
             PatchPlan::InPlace(spot, words) => {
@@ -1051,18 +1059,19 @@ impl Store {
             found: true,
             replaced: true,
             patched,
-            located: Some((inner.header.change_stamp(key), at)),
+            located: located.map(|(key, at)| (inner.header.change_stamp(key), at)),
             patched_stamp,
         })
     }
 
-    /// Where the patch of `then` goes in a transaction holding only partition `p`'s lock (the
-    /// put it follows replaced a value). The patch is skipped when its key's change stamp still
-    /// reads what the caller saw, and not written when every word already holds its value.
+    /// Where the patch of `then` goes in a transaction holding only the locks of the partitions
+    /// in the bit mask `held` (the put it follows replaced a value). The patch is skipped when
+    /// its key's change stamp still reads what the caller saw, and not written when every word
+    /// already holds its value.
     fn plan_patch<F: FnMut(&[u8], bool, &mut Patch)>(
         inner: &Inner,
         txn: &Txn<'_>,
-        p: u64,
+        held: u64,
         then: &mut Option<ThenPatch<F>>,
     ) -> Result<PatchPlan> {
         let Some(t) = then.as_mut() else {
@@ -1086,7 +1095,7 @@ impl Store {
         if words.iter().all(|&(off, w)| holds(off, w)) {
             return Ok(PatchPlan::Nothing);
         }
-        if partition_of(t.key) != p || !txn.patchable_in_place(&spot)? {
+        if held & (1 << partition_of(t.key)) == 0 || !txn.patchable_in_place(&spot)? {
             return Ok(PatchPlan::Escalate);
         }
         Ok(PatchPlan::InPlace(spot, patch))
@@ -1126,7 +1135,7 @@ impl Store {
         let patch_key = then.as_ref().map(|t| t.key);
         let s0 = patch_key.map(|k| inner.header.change_stamp(k));
         let mut then = then;
-        let plan = Self::plan_patch(inner, &txn, p, &mut then)?;
+        let plan = Self::plan_patch(inner, &txn, 1 << p, &mut then)?;
         if let PatchPlan::Escalate = plan {
             return Ok(None);
         }
@@ -1135,7 +1144,7 @@ impl Store {
         // The stamp moves although the location does not: the bytes changed.
         txn.touch(key);
         let at = BlockRef { block, len };
-        Self::finish_in_place(inner, txn, key, patch_key.zip(s0), plan, at).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
     }
 
     /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,

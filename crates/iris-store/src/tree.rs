@@ -231,6 +231,11 @@ impl Spot {
         }
     }
 
+    /// Region offset of the key's value word in its leaf (unshadowed keys only).
+    pub fn value_word_off(&self) -> Option<u64> {
+        self.leaf_slot().map(|(leaf, i)| leaf.value_word_off(i))
+    }
+
     /// The key's slot in its leaf when nothing above shadows it.
     fn leaf_slot(&self) -> Option<(&Node, u16)> {
         match (&self.path, self.slot, self.shadow) {

@@ -4,6 +4,11 @@
 //! the last commit), but a process killed in the middle of the copy could; so the old bytes go
 //! first into the partition's undo record in the working header, and a repair (the next locker
 //! gets `EOWNERDEAD`) puts them back: the write is then absent, never torn.
+//!
+//! The same record also serves overwrites of several blocks under their partitions' locks (see
+//! `Store::overwrite_blocks`): each new block is published in its leaf slot by one store, so a
+//! writer killed among those stores would leave some published; the record lists every slot's
+//! old value first, and the repair puts them all back.
 
 use std::sync::atomic::Ordering;
 
@@ -24,6 +29,12 @@ const BYTES: u64 = 32;
 
 /// State word: the record holds the old bytes of a write in progress.
 const ARMED: u64 = 1;
+/// State word: the record holds the old values of leaf slots being republished.
+const ARMED_SLOTS: u64 = 2;
+/// Bytes of one slot entry: the slot's region offset, its old block and generation.
+const SLOT_ENTRY: u64 = 24;
+/// Most slots one record holds.
+pub(crate) const UNDO_MAX_SLOTS: usize = (UNDO_MAX_BYTES / SLOT_ENTRY) as usize;
 
 /// The undo records of one volume.
 #[derive(Clone, Copy)]
@@ -67,13 +78,70 @@ impl Undo {
             .store(0, Ordering::Release);
     }
 
-    /// Put back the old bytes of every write a dead process left half done (caller holds every
-    /// lock). Returns how many it undid.
+    /// Note the old value (block, generation) of each leaf value slot at region offset `at`,
+    /// before they are republished one by one (caller holds partition `p`'s lock and the locks
+    /// of every key concerned; at most [`UNDO_MAX_SLOTS`]). [`Undo::disarm`] follows the last.
+    pub fn arm_slots(&self, p: u64, slots: &[(u64, u64, u64)]) {
+        debug_assert!(slots.len() <= UNDO_MAX_SLOTS);
+        let rec = self.at(p);
+        self.region.write_u64(rec + LEN, slots.len() as u64);
+        for (i, (at, block, gen)) in slots.iter().enumerate() {
+            let e = rec + BYTES + i as u64 * SLOT_ENTRY;
+            self.region.write_u64(e, *at);
+            self.region.write_u64(e + 8, *block);
+            self.region.write_u64(e + 16, *gen);
+        }
+        self.region
+            .atomic_u64(rec + STATE)
+            .store(ARMED_SLOTS, Ordering::Release);
+    }
+
+    /// The republishing that [`Undo::arm_slots`] guarded is complete.
+    pub fn disarm(&self, p: u64) {
+        self.region
+            .atomic_u64(self.at(p) + STATE)
+            .store(0, Ordering::Release);
+    }
+
+    /// Put back the old values of the slots a dead process was republishing.
+    fn roll_back_slots(&self, rec: u64) -> bool {
+        let n = self.region.read_u64(rec + LEN);
+        if n > UNDO_MAX_SLOTS as u64 {
+            return false;
+        }
+        let end = self.layout.offset(self.layout.max_blocks);
+        for i in 0..n {
+            let e = rec + BYTES + i * SLOT_ENTRY;
+            let at = self.region.read_u64(e);
+            let (block, gen) = (self.region.read_u64(e + 8), self.region.read_u64(e + 16));
+            let in_data = at >= self.layout.offset(self.layout.data_start) && at + 16 <= end;
+            if in_data
+                && at.is_multiple_of(8)
+                && block >= self.layout.data_start
+                && block < self.layout.max_blocks
+            {
+                self.region.publish_u64(at, block);
+                self.region.write_u64(at + 8, gen);
+            }
+        }
+        true
+    }
+
+    /// Put back the old bytes of every write a dead process left half done, and the old values
+    /// of slots it was republishing (caller holds every lock). Returns how many it undid.
     pub fn roll_back(&self) -> u64 {
         let mut undone = 0;
         for p in 0..PARTITIONS {
             let rec = self.at(p);
-            if self.region.atomic_u64(rec + STATE).load(Ordering::Acquire) != ARMED {
+            let state = self.region.atomic_u64(rec + STATE).load(Ordering::Acquire);
+            if state == ARMED_SLOTS {
+                undone += u64::from(self.roll_back_slots(rec));
+                self.region
+                    .atomic_u64(rec + STATE)
+                    .store(0, Ordering::Release);
+                continue;
+            }
+            if state != ARMED {
                 continue;
             }
             let block = self.region.read_u64(rec + BLOCK);

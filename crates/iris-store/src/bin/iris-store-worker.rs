@@ -7,13 +7,52 @@
 //!   committing after each round and printing `acked R` (see [`block`] for the contents).
 //! - `patcher VOLUME PREFIX KEYS`: like `overwriter`, but each round rewrites every key in eight
 //!   512-byte writes (in place when the store allows, else by copying the block; see [`chunk`]).
+//! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight whole-block keys, each key of a
+//!   group in another 1 MiB region (so in several writer partitions); every round writes each
+//!   group twice, as one atomic write of its eight blocks (`Store::overwrite_blocks`, which
+//!   takes only the groups' partition locks, when it applies; else a batch), commits, and prints
+//!   `acked R` (the round value of the second write) and `fast N` (overwrites so far that took
+//!   the partition path).
 //! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
 //!   wait for a line on stdin, then count the keys of prefix OTHER it sees and print `saw N`.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use iris_store::{Key, OpenOptions, Store};
+use iris_store::{Key, Op, OpenOptions, Patch, Store, ThenPatch};
+
+/// Keys in one group of the grouper.
+const GROUP: u64 = 8;
+
+/// Key `j` of group `g` of the grouper: a region of the key space (256 keys) per member.
+fn group_key(prefix: u64, g: u64, j: u64) -> Key {
+    Key::new(prefix, j * 300 + g)
+}
+
+/// Write round `r` of group `g` atomically; true if it took the partition path.
+fn write_group(store: &Store, prefix: u64, g: u64, r: u64) -> Result<bool, String> {
+    let keys: Vec<Key> = (0..GROUP).map(|j| group_key(prefix, g, j)).collect();
+    let none = None::<ThenPatch<fn(&[u8], bool, &mut Patch)>>;
+    let done = store
+        .overwrite_blocks(
+            &keys,
+            |_, len| len == 4096,
+            |j, _old, out| out.copy_from_slice(&block(prefix, keys[j].lo, r)),
+            none,
+        )
+        .map_err(|e| e.to_string())?;
+    if done.is_some() {
+        return Ok(true);
+    }
+    let vals: Vec<Vec<u8>> = keys.iter().map(|k| block(prefix, k.lo, r)).collect();
+    let ops: Vec<Op> = keys
+        .iter()
+        .zip(&vals)
+        .map(|(k, v)| Op::Put(*k, v))
+        .collect();
+    store.apply(&ops).map_err(|e| e.to_string())?;
+    Ok(false)
+}
 
 fn value(prefix: u64, i: u64) -> Vec<u8> {
     let len = 100 + (i as usize * 131) % 3996;
@@ -139,6 +178,21 @@ fn run() -> Result<(), String> {
                 }
                 store.commit().map_err(|e| e.to_string())?;
                 writeln!(out, "acked {r}").map_err(|e| e.to_string())?;
+                out.flush().map_err(|e| e.to_string())?;
+                r += 1;
+            }
+        }
+        "grouper" => {
+            let groups = num(&args, 4)?;
+            let (mut r, mut fast) = (0u64, 0u64);
+            loop {
+                for pass in 0..2 {
+                    for g in 0..groups {
+                        fast += u64::from(write_group(&store, prefix, g, 2 * r + pass)?);
+                    }
+                }
+                store.commit().map_err(|e| e.to_string())?;
+                writeln!(out, "acked {}\nfast {fast}", 2 * r + 1).map_err(|e| e.to_string())?;
                 out.flush().map_err(|e| e.to_string())?;
                 r += 1;
             }

@@ -1,0 +1,139 @@
+//! Overwrites of several blocks that take only the locks of their partitions: a database page
+//! of 16 KiB, a 64 KiB record, rewritten since the last commit, no longer stops every other
+//! writer of the volume for the length of its copy. Each new block is published in its leaf
+//! slot by one store; the partition's undo record lists the slots' old values first, so a
+//! process killed among those stores leaves all of the write or none of it (the repair puts
+//! the old values back; see `undo`).
+
+use super::{
+    partition_of, volume_lock, Acquired, BlockPut, Guard, Inner, Patch, PatchPlan, Result, Store,
+    ThenPatch, Txn, Val, PARTITIONS,
+};
+use crate::key::Key;
+
+/// Most blocks one overwrite replaces without every lock (the undo record's capacity).
+pub const OVERWRITE_MAX_BLOCKS: usize = crate::undo::UNDO_MAX_SLOTS;
+
+impl Store {
+    /// Replace the out-of-line values of `keys` with new blocks of the same lengths, filled by
+    /// `fill(i, old bytes, new bytes)`, then make the patch `then` describes, holding only the
+    /// locks of the partitions of `keys` and of the patched key. It applies when every key holds
+    /// an out-of-line value in a leaf private to the working tree (written since the last
+    /// commit) and `fits(i, length)` accepts its length. A process killed meanwhile leaves all
+    /// the new values or none. `None`: nothing was done; the caller writes another way.
+    pub fn overwrite_blocks(
+        &self,
+        keys: &[Key],
+        fits: impl Fn(usize, u32) -> bool,
+        mut fill: impl FnMut(usize, &[u8], &mut [u8]),
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
+    ) -> Result<Option<BlockPut>> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        if keys.is_empty() || keys.len() > OVERWRITE_MAX_BLOCKS {
+            return Ok(None);
+        }
+        let mut held = 0u64;
+        for k in keys.iter().chain(then.as_ref().map(|t| &t.key)) {
+            held |= 1 << partition_of(*k);
+        }
+        let Some(_guards) = lock_partitions(inner, held)? else {
+            return Ok(None);
+        };
+        let lowest = u64::from(held.trailing_zeros());
+        let mut txn = Txn::begin_in(inner.cx(), lowest);
+        // (spot, old block, length, old generation, slot offset) of each key.
+        let mut olds = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let spot = txn.locate(*k)?;
+            let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
+                return Ok(None);
+            };
+            let at = spot.value_word_off();
+            match at {
+                Some(at) if fits(i, len) && txn.replaceable_in_place(&spot, len)? => {
+                    olds.push((spot, block, len, gen, at));
+                }
+                _ => return Ok(None),
+            }
+        }
+        let patch_key = then.as_ref().map(|t| t.key);
+        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
+        let mut then = then;
+        let plan = Self::plan_patch(inner, &txn, held, &mut then)?;
+        if let PatchPlan::Escalate = plan {
+            return Ok(None);
+        }
+        // New blocks, filled under the locks: a process killed before the publishes leaves
+        // them to the repair's garbage collection (the next locker finds this one dead).
+        let mut fresh = Vec::with_capacity(keys.len());
+        for _ in keys {
+            match inner.alloc.alloc_in(lowest) {
+                Some(b) => fresh.push(b),
+                None => {
+                    for b in fresh {
+                        inner.alloc.free_now(b);
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+        for (i, (&b, (_, old, len, _, _))) in fresh.iter().zip(&olds).enumerate() {
+            let len = u64::from(*len);
+            let old = inner.region.bytes(inner.layout.offset(*old), len);
+            let out = inner.region.bytes_mut(inner.layout.offset(b), len);
+            fill(i, old, out);
+        }
+        inner.latency.on_write(keys.len() as u32);
+        let slots: Vec<(u64, u64, u64)> = olds
+            .iter()
+            .map(|(_, block, _, gen, at)| (*at, *block, *gen))
+            .collect();
+        inner.undo.arm_slots(lowest, &slots);
+        let gen = inner.header.working_gen();
+        for (n, ((spot, _, len, _, _), (&block, k))) in
+            olds.iter().zip(fresh.iter().zip(keys)).enumerate()
+        {
+            if n == 3 {
+                crate::failpoint::hit("overwrite-publish");
+            }
+            let val = Val::Block {
+                block,
+                len: *len,
+                gen,
+            };
+            if let Err(e) = txn.put_at(spot, *k, val) {
+                // Leave the record armed: the next locker's repair puts the old values back.
+                inner.header.set_repair_needed(true);
+                return Err(e);
+            }
+        }
+        inner.undo.disarm(lowest);
+        Self::finish_in_place(inner, txn, None, patch_key.zip(s0), plan).map(Some)
+    }
+}
+
+/// Take the locks of the partitions in the bit mask `held`, in ascending order as every locker
+/// does. `None` (none held) when a repair is due: the caller goes the way that takes every lock.
+fn lock_partitions(inner: &Inner, held: u64) -> Result<Option<Vec<Guard<'_>>>> {
+    let mut guards = Vec::with_capacity(held.count_ones() as usize);
+    for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
+        match volume_lock::lock(&inner.header, p)? {
+            Acquired::Clean if !inner.header.repair_needed() => guards.push(Guard {
+                inner,
+                only: Some(p),
+            }),
+            Acquired::Clean => {
+                volume_lock::unlock(&inner.header, p);
+                return Ok(None);
+            }
+            Acquired::OwnerDied => {
+                inner.header.set_repair_needed(true);
+                volume_lock::mark_consistent(&inner.header, p);
+                volume_lock::unlock(&inner.header, p);
+                return Ok(None);
+            }
+        }
+    }
+    Ok(Some(guards))
+}
