@@ -47,6 +47,10 @@ const _: () = assert!(VOLUME_ID + 8 <= crate::readers::EPOCH_OFF);
 const _: () = assert!(PENDING_HI + 8 <= crate::readers::LIMBO_OFF);
 /// Set when a partition lock's holder died and the repair (which needs every lock) is due.
 const REPAIR_NEEDED: u64 = 688;
+/// The shape sequence: moved by every change that may move a key to another leaf (see
+/// [`Header::shape_seq`]); its own cache line.
+const SHAPE_SEQ: u64 = 1024;
+const _: () = assert!(SHAPE_SEQ + 64 <= crate::readers::INFLIGHT_OFF);
 /// Per-share counters of used blocks, one cache line each (writers of different partitions
 /// allocate and free without sharing a line); the used count is USED_BLOCKS plus all of them.
 const USED_SHARES: u64 = 6656;
@@ -275,6 +279,32 @@ impl Header {
         self.region.write_u64(self.off + USED_BLOCKS, n);
     }
 
+    /// The shape sequence. It moves (under every writer lock) before the locks are released
+    /// after any change that may have moved a key to another node: a transaction that held every
+    /// lock, a roll-back, a repair. While it reads the same, every leaf where a key was found
+    /// still holds it, so a writer holding the key's partition lock may go straight there.
+    #[inline]
+    pub fn shape_seq(&self) -> u64 {
+        self.region
+            .atomic_u64(self.off + SHAPE_SEQ)
+            .load(Ordering::Acquire)
+    }
+
+    /// Start the shape sequence at `seed` (a header being made or rebuilt: no process uses it),
+    /// so its values do not repeat those of the header's earlier lives.
+    pub fn seed_shape_seq(&self, seed: u64) {
+        self.region
+            .atomic_u64(self.off + SHAPE_SEQ)
+            .store(seed, Ordering::Release);
+    }
+
+    /// Move the shape sequence (caller holds every lock).
+    pub fn bump_shape_seq(&self) {
+        self.region
+            .atomic_u64(self.off + SHAPE_SEQ)
+            .fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Mark the working tree changed since the last commit (a store only when it was not).
     #[inline]
     pub fn mark_dirty(&self) {
@@ -309,6 +339,7 @@ impl Header {
 
     /// Move every change stamp (the whole tree may have changed: rollback, a dead writer).
     pub fn bump_all_change_stamps(&self) {
+        self.bump_shape_seq();
         for b in 0..STAMP_BUCKETS {
             self.region
                 .atomic_u64(self.off + CHANGE_STAMPS + b * 8)

@@ -23,6 +23,7 @@ use crate::tree::{max_inline_for, Ctx, Txn};
 use crate::undo::Undo;
 use crate::volume_lock::{self, Acquired};
 
+mod hint;
 mod overwrite;
 
 pub use overwrite::OVERWRITE_MAX_BLOCKS;
@@ -368,6 +369,26 @@ impl Inner {
         Ok(guard)
     }
 
+    /// Where `key` is, for a change in place by `txn`, which holds the key's partition lock:
+    /// from the leaf this thread last found it in while the shape has not moved since, else
+    /// from the root (and remembered).
+    fn locate_in_place(&self, txn: &Txn<'_>, key: Key) -> Result<crate::tree::Spot> {
+        let seq = self.header.shape_seq();
+        let volume = self.facts.volume_id;
+        if let Some((leaf, slot)) = hint::lookup(volume, key, seq) {
+            if let Ok(node) = txn.cx().load(leaf, Some(0)) {
+                if slot < node.count && node.key(slot) == key {
+                    return Ok(crate::tree::Spot::from_leaf(node, slot));
+                }
+            }
+        }
+        let spot = txn.locate(key)?;
+        if let Some((leaf, slot)) = spot.found_in_leaf() {
+            hint::remember(volume, key, seq, leaf, slot);
+        }
+        Ok(spot)
+    }
+
     /// Take partition `p`'s lock only: enough for in-place changes of existing values of keys
     /// in that partition (see `Txn::begin_in`). Falls back to every lock when a repair is due.
     fn lock_partition(&self, p: u64) -> Result<Guard<'_>> {
@@ -529,6 +550,7 @@ impl Store {
             .bytes_mut(layout.header_off, crate::layout::HEADER_BYTES)
             .fill(0);
         volume_lock::init(&header)?;
+        header.seed_shape_seq(shape_seed());
         header.set_backed_blocks(backed_blocks);
         alloc.reset();
         let volume_id = commit::now_ns() ^ (u64::from(std::process::id()) << 32);
@@ -999,7 +1021,7 @@ impl Store {
         then: &mut Option<ThenPatch<F>>,
     ) -> Result<Option<BlockPut>> {
         let mut txn = Txn::begin_in(inner.cx(), p);
-        let spot = txn.locate(key)?;
+        let spot = inner.locate_in_place(&txn, key)?;
         if !txn.replaceable_in_place(&spot, len as u32)? {
             return Ok(None);
         }
@@ -1124,7 +1146,7 @@ impl Store {
             return Ok(None);
         }
         let mut txn = Txn::begin_in(inner.cx(), p);
-        let spot = txn.locate(key)?;
+        let spot = inner.locate_in_place(&txn, key)?;
         let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
             return Ok(None);
         };
@@ -1858,6 +1880,7 @@ fn recover(
         .bytes_mut(layout.header_off, crate::layout::HEADER_BYTES)
         .fill(0);
     volume_lock::init(&header)?;
+    header.seed_shape_seq(shape_seed());
     header.set_backed_blocks(sb.backed_blocks);
     alloc.reset();
     let slot = {
@@ -1961,4 +1984,9 @@ fn peek_geometry(path: &Path) -> Result<(u32, u64)> {
     let region = Region::new(head.as_mut_ptr(), head.len() as u64);
     let sb = read_superblocks_raw(&region, n as u64)?;
     Ok((sb.block_size, sb.max_blocks))
+}
+
+/// A start for a rebuilt header's shape sequence that no earlier life of it used.
+fn shape_seed() -> u64 {
+    commit::now_ns().wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (u64::from(std::process::id()) << 40)
 }

@@ -220,6 +220,8 @@ pub(crate) struct Spot {
     /// The newest message for the key in a buffer on the way down: it, not the leaf, says what
     /// the key holds.
     shadow: Option<Shadow>,
+    /// Found from a remembered leaf, without the path: good for changes in place only.
+    remembered: bool,
 }
 
 impl Spot {
@@ -229,6 +231,22 @@ impl Spot {
             Some(m) => !matches!(m, Shadow::Deleted),
             None => self.slot.is_ok(),
         }
+    }
+
+    /// A spot found from a remembered leaf and slot (see `store::hint`): `leaf` holds `key` at
+    /// `slot`, and the shape has not moved since that was seen, so nothing above shadows it.
+    pub fn from_leaf(leaf: Node, slot: u16) -> Spot {
+        Spot {
+            path: Some(([Step::default(); MAX_HEIGHT], 0, leaf)),
+            slot: Ok(slot),
+            shadow: None,
+            remembered: true,
+        }
+    }
+
+    /// The leaf and slot of a key found in its leaf (for remembering them).
+    pub fn found_in_leaf(&self) -> Option<(u64, u16)> {
+        self.leaf_slot().map(|(leaf, i)| (leaf.block, i))
     }
 
     /// Region offset of the key's value word in its leaf (unshadowed keys only).
@@ -388,6 +406,7 @@ impl<'a> Txn<'a> {
                 path: None,
                 slot: Err(0),
                 shadow: None,
+                remembered: false,
             });
         }
         let (path, depth, leaf, shadow) = self.descend(key)?;
@@ -396,6 +415,7 @@ impl<'a> Txn<'a> {
             path: Some((path, depth, leaf)),
             slot,
             shadow,
+            remembered: false,
         })
     }
 
@@ -432,6 +452,9 @@ impl<'a> Txn<'a> {
         // Bε: what is not a same-shaped replacement in the leaf becomes a message at the root.
         let buffered = self.cx.buffer > 0 && depth > 0;
         if spot.shadow.is_some() || (buffered && spot.slot.is_err()) {
+            if spot.remembered {
+                return Err(remembered_misused());
+            }
             return self.put_message(key, Some(val));
         }
         match spot.slot {
@@ -450,6 +473,9 @@ impl<'a> Txn<'a> {
                         self.release_value(old);
                         return Ok(());
                     }
+                }
+                if spot.remembered {
+                    return Err(remembered_misused());
                 }
                 // Same-shaped replacement in a leaf we may not write: copy it and change the
                 // slot in the copy (a block copy, not a rebuild).
@@ -503,6 +529,7 @@ impl<'a> Txn<'a> {
                 self.release(leaf.block, leaf.birth);
                 self.propagate(path, depth, children)
             }
+            Err(_) if spot.remembered => Err(remembered_misused()),
             Err(pos) => {
                 // Room in the leaf: insert into a copy (or into the leaf itself if this
                 // transaction made it) instead of rebuilding.
@@ -793,6 +820,10 @@ impl<'a> Txn<'a> {
 
     /// Publish a batch's root (no-op for single operations, already published), then release.
     pub fn commit_publish(mut self) {
+        if !self.in_place {
+            // It held every lock and may have moved keys between nodes.
+            self.cx.header.bump_shape_seq();
+        }
         if self.publish_at_root {
             self.cx
                 .region
@@ -828,6 +859,12 @@ impl<'a> Txn<'a> {
             self.cx.alloc.free_now(b);
         }
     }
+}
+
+/// A spot from a remembered leaf has no path: changing the tree's shape from it would replace the
+/// root with the leaf. Callers check `replaceable_in_place` first; this is the guard if not.
+fn remembered_misused() -> StoreError {
+    StoreError::Invalid("a remembered leaf serves changes in place only".into())
 }
 
 /// Whether an inline value of `len` bytes fits the leaf format (callers pick out-of-line above).

@@ -754,3 +754,38 @@ fn buffer_size_knob_is_checked_at_creation() {
         );
     }
 }
+
+#[test]
+fn an_overwrite_after_the_key_moved_to_another_leaf_lands_in_the_live_one() {
+    // Overwrites in place go straight to the leaf where this thread last found the key, while
+    // the tree's shape has not moved. Splits move keys: the next overwrite must follow them.
+    for bs in [512u32, 4096] {
+        let (_sim, s) = sim_store(16 << 20, bs);
+        let key = |i: u64| Key::new(9, i * 1000);
+        for i in 0..8 {
+            s.put(key(i), &value(i, 0, bs as usize)).expect("put");
+        }
+        for round in 1..6u64 {
+            // Two overwrites in place (the second from the remembered leaf) ...
+            for v in [2 * round - 1, 2 * round] {
+                s.put(key(3), &value(3, v, bs as usize)).expect("overwrite");
+            }
+            // ... then an insert into the key's leaf copies the leaf: the key moves to the copy
+            // (the old leaf waits, intact, in limbo).
+            let k = Key::new(9, 2000 + round);
+            s.put(k, &value(round, round, 64)).expect("insert");
+            s.put(key(3), &value(3, 100 + round, bs as usize))
+                .expect("overwrite after split");
+            let got = s
+                .get_with(key(3), |b| b.to_vec())
+                .expect("get")
+                .expect("present");
+            assert_eq!(
+                got,
+                value(3, 100 + round, bs as usize),
+                "bs {bs} round {round}"
+            );
+            assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+        }
+    }
+}

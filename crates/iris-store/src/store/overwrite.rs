@@ -45,7 +45,7 @@ impl Store {
         // (spot, old block, length, old generation, slot offset) of each key.
         let mut olds = Vec::with_capacity(keys.len());
         for (i, k) in keys.iter().enumerate() {
-            let spot = txn.locate(*k)?;
+            let spot = inner.locate_in_place(&txn, *k)?;
             let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
                 return Ok(None);
             };

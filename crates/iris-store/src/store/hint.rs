@@ -1,0 +1,63 @@
+//! Remembered leaves: where this thread last found a key (leaf block and slot) and the shape
+//! sequence then (see `Header::shape_seq`). A writer holding the key's partition lock, seeing
+//! the same sequence, finds the key in that leaf and can overwrite it there instead of walking
+//! down from the root. Per thread (no sharing, no locks), direct-mapped; entries name their
+//! volume, and the sequence starts at a random value whenever a header is rebuilt, so an entry
+//! of another volume or an older life of this one never matches.
+
+use std::cell::RefCell;
+
+use crate::key::Key;
+
+/// Entries per thread.
+const ENTRIES: usize = 1024;
+
+#[derive(Clone, Copy, Default)]
+struct Entry {
+    volume: u64,
+    key: Key,
+    seq: u64,
+    leaf: u64,
+    slot: u16,
+}
+
+thread_local! {
+    static HINTS: RefCell<Option<Box<[Entry]>>> = const { RefCell::new(None) };
+}
+
+fn index(key: Key) -> usize {
+    let h = key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.lo.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (h >> 54) as usize % ENTRIES
+}
+
+/// The leaf and slot where `key` of `volume` was found while the shape sequence read `seq`.
+#[inline]
+pub(super) fn lookup(volume: u64, key: Key, seq: u64) -> Option<(u64, u16)> {
+    // try_with: a thread's last writes may come while its thread-locals are being destroyed.
+    HINTS
+        .try_with(|h| {
+            let h = h.try_borrow().ok()?;
+            let e = h.as_ref()?.get(index(key))?;
+            (e.volume == volume && e.key == key && e.seq == seq).then_some((e.leaf, e.slot))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Remember that `key` of `volume` is at `slot` of `leaf` while the sequence reads `seq`.
+#[inline]
+pub(super) fn remember(volume: u64, key: Key, seq: u64, leaf: u64, slot: u16) {
+    let _ = HINTS.try_with(|h| {
+        let Ok(mut h) = h.try_borrow_mut() else {
+            return;
+        };
+        let table = h.get_or_insert_with(|| vec![Entry::default(); ENTRIES].into_boxed_slice());
+        table[index(key)] = Entry {
+            volume,
+            key,
+            seq,
+            leaf,
+            slot,
+        };
+    });
+}
