@@ -76,6 +76,9 @@ macro_rules! entry {
         #[unsafe(naked)]
         #[no_mangle]
         pub unsafe extern "C" fn $name() -> c_int {
+            // SAFETY: touches only this frame: it saves the six argument registers in it and
+            // passes their address and that of the caller's stack arguments to `exec_list`; the
+            // stack is 16-byte aligned at that call (8 mod 16 at entry, then push rbp and 48).
             core::arch::naked_asm!(
                 "push rbp",
                 "mov rbp, rsp",
