@@ -340,7 +340,20 @@ impl Node {
     /// copy-on-write that changes a few words instead of rebuilding the node slot by slot.
     pub fn copy_to(&self, dst: u64, birth: u64) -> Node {
         let dst_off = dst << self.block_shift;
-        self.region.copy_within(self.off, dst_off, self.bs);
+        // The header and slots, then the heap; the free gap between them means nothing (the
+        // copy's gap keeps the new block's old bytes; the checksum covers whatever is there).
+        let slot = if self.is_leaf() {
+            LEAF_SLOT
+        } else {
+            INNER_SLOT
+        };
+        let slots_end = NODE_HEADER + u64::from(self.count) * slot;
+        self.region.copy_within(self.off, dst_off, slots_end);
+        self.region.copy_within(
+            self.off + self.heap,
+            dst_off + self.heap,
+            self.bs - self.heap,
+        );
         self.region.write_u64(dst_off + H_BIRTH, birth);
         self.region.write_u32(dst_off + H_CRC, 0);
         if self.birth != birth {
