@@ -366,22 +366,36 @@ print(sorted(os.listdir("/tmp")))
     );
 }
 
+/// A test program of `tests/programs`, compiled into /dev/shm; removed when dropped.
+struct Program(String);
+
+impl Program {
+    /// Compile `tests/programs/NAME.c` with `-O2` and `extra` flags.
+    fn build(name: &str, extra: &[&str]) -> Program {
+        let bin = Program(format!("/dev/shm/iris-{name}-{}", std::process::id()));
+        let src = format!("{}/tests/programs/{name}.c", env!("CARGO_MANIFEST_DIR"));
+        let cc = Command::new("cc")
+            .args(["-O2", "-o", &bin.0, &src])
+            .args(extra)
+            .status()
+            .expect("cc");
+        assert!(cc.success(), "cc {src}");
+        bin
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 #[test]
 fn signal_handlers_that_call_into_iris_do_not_deadlock() {
     let v = Volume::new("signals");
-    let bin = format!("/dev/shm/iris-sig-{}", std::process::id());
-    let src = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/programs/signal_handlers.c"
-    );
-    let cc = Command::new("cc")
-        .args(["-O2", "-o", &bin, src])
-        .status()
-        .expect("cc");
-    assert!(cc.success());
+    let bin = Program::build("signal_handlers", &[]);
     // A deadlock would hang: `timeout` turns it into a failure.
-    let out = v.sh(&format!("timeout 120 {bin}"));
-    std::fs::remove_file(&bin).ok();
+    let out = v.sh(&format!("timeout 120 {}", bin.0));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -398,18 +412,8 @@ fn signal_handlers_that_call_into_iris_do_not_deadlock() {
 #[test]
 fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
     let v = Volume::new("forks");
-    let bin = format!("/dev/shm/iris-fork-{}", std::process::id());
-    let src = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/programs/fork_while_busy.c"
-    );
-    let cc = Command::new("cc")
-        .args(["-O2", "-pthread", "-o", &bin, src])
-        .status()
-        .expect("cc");
-    assert!(cc.success());
-    let out = v.sh(&format!("timeout 120 {bin}"));
-    std::fs::remove_file(&bin).ok();
+    let bin = Program::build("fork_while_busy", &["-pthread"]);
+    let out = v.sh(&format!("timeout 120 {}", bin.0));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -423,15 +427,8 @@ fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
 #[test]
 fn execl_execlp_and_execle_keep_iris_in_the_new_image() {
     let v = Volume::new("execlist");
-    let bin = format!("/dev/shm/iris-execl-{}", std::process::id());
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/exec_list.c");
-    let cc = Command::new("cc")
-        .args(["-O2", "-o", &bin, src])
-        .status()
-        .expect("cc");
-    assert!(cc.success());
-    let out = v.sh(&format!("{bin} && cat /iris/ex.txt"));
-    std::fs::remove_file(&bin).ok();
+    let bin = Program::build("exec_list", &[]);
+    let out = v.sh(&format!("{} && cat /iris/ex.txt", bin.0));
     assert!(
         out.status.success(),
         "{}",
@@ -446,19 +443,9 @@ fn execl_execlp_and_execle_keep_iris_in_the_new_image() {
 #[test]
 fn msync_of_a_shared_mapping_reaches_the_volume() {
     let v = Volume::new("msync");
-    let bin = format!("/dev/shm/iris-msync-{}", std::process::id());
-    let src = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/programs/msync_durable.c"
-    );
-    let cc = Command::new("cc")
-        .args(["-O2", "-o", &bin, src])
-        .status()
-        .expect("cc");
-    assert!(cc.success());
+    let bin = Program::build("msync_durable", &[]);
     // The program kills itself: the shell reports it, the volume keeps what msync committed.
-    let out = v.sh(&format!("{bin}; echo status $?"));
-    std::fs::remove_file(&bin).ok();
+    let out = v.sh(&format!("{}; echo status $?", bin.0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "status 137\n");
     let cat = Command::new(IRIS)
         .arg("cat")
