@@ -395,13 +395,7 @@ fn signal_handlers_that_call_into_iris_do_not_deadlock() {
     let v = Volume::new("signals");
     let bin = Program::build("signal_handlers", &[]);
     // A deadlock would hang: `timeout` turns it into a failure.
-    let out = v.sh(&format!("timeout 120 {}", bin.0));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
     assert_eq!(
         stdout,
         "handlers ok, signal ok, ticks ok, siginfo ok, usr1 ok, torn 0\n"
@@ -413,13 +407,7 @@ fn signal_handlers_that_call_into_iris_do_not_deadlock() {
 fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
     let v = Volume::new("forks");
     let bin = Program::build("fork_while_busy", &["-pthread"]);
-    let out = v.sh(&format!("timeout 120 {}", bin.0));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
     assert_eq!(stdout, "children ok 200/200\n");
     v.fsck_clean();
 }
@@ -428,16 +416,8 @@ fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
 fn execl_execlp_and_execle_keep_iris_in_the_new_image() {
     let v = Volume::new("execlist");
     let bin = Program::build("exec_list", &[]);
-    let out = v.sh(&format!("{} && cat /iris/ex.txt", bin.0));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "stage 0\nstage 1\nstage 2\na b c d e f g h\n"
-    );
+    let out = v.sh_ok(&format!("{} && cat /iris/ex.txt", bin.0));
+    assert_eq!(out, "stage 0\nstage 1\nstage 2\na b c d e f g h\n");
 }
 
 #[test]
@@ -445,8 +425,8 @@ fn msync_of_a_shared_mapping_reaches_the_volume() {
     let v = Volume::new("msync");
     let bin = Program::build("msync_durable", &[]);
     // The program kills itself: the shell reports it, the volume keeps what msync committed.
-    let out = v.sh(&format!("{}; echo status $?", bin.0));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "status 137\n");
+    let out = v.sh_ok(&format!("{}; echo status $?", bin.0));
+    assert_eq!(out, "status 137\n");
     let cat = Command::new(IRIS)
         .arg("cat")
         .arg(&v.0)

@@ -2,6 +2,8 @@
 //! `msync` of such a range puts the bytes back into the volume, as `fsync` does (and commits
 //! for `MS_SYNC`), and `munmap`/`mremap` keep the table true. Other mappings pass through.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use iris_fs::ForkSafeMutex as Mutex;
 use libc::{c_int, c_void, size_t};
 
@@ -10,21 +12,33 @@ use crate::state::Busy;
 
 /// (start address, length, inode) of each shared mapping of an Iris file.
 static MAPS: Mutex<Vec<(usize, usize, u64)>> = Mutex::new(Vec::new());
+/// Whether the table was ever used: until then munmap, msync and mremap of other memory (malloc
+/// unmaps chunks all the time) pass through without touching its lock.
+static USED: AtomicBool = AtomicBool::new(false);
+
+#[inline]
+fn used() -> bool {
+    USED.load(Ordering::Acquire)
+}
 
 /// Note a new shared mapping of inode `ino`.
 pub(crate) fn add(addr: *mut c_void, len: size_t, ino: u64) {
     MAPS.lock().push((addr as usize, len, ino));
+    USED.store(true, Ordering::Release);
 }
 
 /// A new mapping at `addr` (MAP_FIXED) replaced whatever was there.
 pub(crate) fn replaced(addr: *mut c_void, len: size_t) {
-    if !MAPS.lock().is_empty() {
+    if used() && !MAPS.lock().is_empty() {
         forget(addr as usize, len);
     }
 }
 
 /// The inodes mapped somewhere in `[addr, addr + len)`.
 fn inodes_in(addr: usize, len: usize) -> Vec<u64> {
+    if !used() {
+        return Vec::new();
+    }
     let end = addr.saturating_add(len);
     let mut out: Vec<u64> = MAPS
         .lock()
@@ -39,6 +53,9 @@ fn inodes_in(addr: usize, len: usize) -> Vec<u64> {
 
 /// Forget the part of every mapping inside `[addr, addr + len)` (what munmap removes).
 fn forget(addr: usize, len: usize) {
+    if !used() {
+        return;
+    }
     let end = addr.saturating_add(len);
     let mut maps = MAPS.lock();
     let mut kept = Vec::with_capacity(maps.len());

@@ -262,10 +262,11 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: sighandler_t) -> sighandler
     unsafe { install(sig, handler, libc::SA_RESTART) }
 }
 
+/// The BSD name of `signal`.
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
-    // SAFETY: as sigaction.
-    unsafe { install(sig, handler, libc::SA_RESTART) }
+    // SAFETY: as signal.
+    unsafe { signal(sig, handler) }
 }
 
 /// System V semantics: one delivery, then the default; the signal is not blocked meanwhile.
@@ -275,8 +276,9 @@ pub unsafe extern "C" fn __sysv_signal(sig: c_int, handler: sighandler_t) -> sig
     unsafe { install(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER) }
 }
 
+/// The public name of `__sysv_signal`.
 #[no_mangle]
 pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
-    // SAFETY: as sigaction.
-    unsafe { install(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER) }
+    // SAFETY: as __sysv_signal.
+    unsafe { __sysv_signal(sig, handler) }
 }

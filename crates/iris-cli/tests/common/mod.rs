@@ -42,7 +42,12 @@ impl Volume {
     /// Run a script that must succeed; its stdout.
     pub fn sh_ok(&self, script: &str) -> String {
         let out = self.sh(script);
-        assert!(out.status.success(), "script failed: {script}");
+        assert!(
+            out.status.success(),
+            "script failed: {script}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 

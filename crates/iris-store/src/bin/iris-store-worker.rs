@@ -84,6 +84,12 @@ fn main() {
     }
 }
 
+/// Print `line` to the test that runs this worker, at once.
+fn say(out: &mut impl Write, line: &str) -> Result<(), String> {
+    writeln!(out, "{line}").map_err(|e| e.to_string())?;
+    out.flush().map_err(|e| e.to_string())
+}
+
 fn arg(args: &[String], i: usize) -> Result<&str, String> {
     args.get(i)
         .map(String::as_str)
@@ -113,8 +119,7 @@ fn run() -> Result<(), String> {
                     .map_err(|e| e.to_string())?;
                 if (i + 1).is_multiple_of(every) {
                     store.commit().map_err(|e| e.to_string())?;
-                    writeln!(out, "acked {i}").map_err(|e| e.to_string())?;
-                    out.flush().map_err(|e| e.to_string())?;
+                    say(&mut out, &format!("acked {i}"))?;
                 }
                 i += 1;
             }
@@ -130,8 +135,7 @@ fn run() -> Result<(), String> {
                         .map_err(|e| e.to_string())?;
                 }
                 store.commit().map_err(|e| e.to_string())?;
-                writeln!(out, "acked {r}").map_err(|e| e.to_string())?;
-                out.flush().map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {r}"))?;
                 r += 1;
             }
         }
@@ -147,7 +151,7 @@ fn run() -> Result<(), String> {
                     .map_err(|e| e.to_string())?;
             }
             store.commit().map_err(|e| e.to_string())?;
-            writeln!(out, "acked 0").map_err(|e| e.to_string())?;
+            say(&mut out, "acked 0")?;
             let mut r = 1u64;
             loop {
                 for i in 0..keys {
@@ -177,8 +181,7 @@ fn run() -> Result<(), String> {
                     }
                 }
                 store.commit().map_err(|e| e.to_string())?;
-                writeln!(out, "acked {r}").map_err(|e| e.to_string())?;
-                out.flush().map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {r}"))?;
                 r += 1;
             }
         }
@@ -192,8 +195,7 @@ fn run() -> Result<(), String> {
                     }
                 }
                 store.commit().map_err(|e| e.to_string())?;
-                writeln!(out, "acked {}\nfast {fast}", 2 * r + 1).map_err(|e| e.to_string())?;
-                out.flush().map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {}\nfast {fast}", 2 * r + 1))?;
                 r += 1;
             }
         }
@@ -205,8 +207,7 @@ fn run() -> Result<(), String> {
                     .put(Key::new(prefix, i), &value(prefix, i))
                     .map_err(|e| e.to_string())?;
             }
-            writeln!(out, "done").map_err(|e| e.to_string())?;
-            out.flush().map_err(|e| e.to_string())?;
+            say(&mut out, "done")?;
             let mut line = String::new();
             std::io::stdin()
                 .lock()
@@ -221,7 +222,7 @@ fn run() -> Result<(), String> {
                     seen += 1;
                 }
             }
-            writeln!(out, "saw {seen}").map_err(|e| e.to_string())?;
+            say(&mut out, &format!("saw {seen}"))?;
             Ok(())
         }
         other => Err(format!("unknown mode {other}")),
