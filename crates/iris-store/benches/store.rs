@@ -9,6 +9,9 @@
 //! - `IRIS_BENCH_BIG=1`: add a 4 GiB key space (1,048,576 keys, fully preloaded; one system at a
 //!   time). Peak memory is about 12 GiB (redb: 8 GiB file + 4 GiB cache) and it adds ~3 minutes,
 //!   most of it preloading (redb alone ~45 s).
+//! - `IRIS_BENCH_ONLY=SYSTEM[:CELL],...` (e.g. `Iris:put_batch,floor`): run only these cells
+//!   (systems: floor, Iris, LMDB, redb, shapes; cells: the ids in the ratio table's code), for
+//!   profiling one workload. `IRIS_BENCH_KEYS=32768,...` picks the key spaces.
 //! - `IRIS_READ_NS` / `IRIS_WRITE_NS` are Iris's own latency model; the bench prints them when set
 //!   because they slow Iris (and only Iris) down on purpose.
 //!
@@ -204,6 +207,40 @@ struct Bench {
     secs: f64,
     warm: f64,
     rows: Vec<Row>,
+    only: Only,
+}
+
+/// Which cells to run (`IRIS_BENCH_ONLY`): every cell when empty.
+#[derive(Clone, Default)]
+struct Only(Vec<(String, Option<String>)>);
+
+impl Only {
+    fn from_env() -> Self {
+        let v = std::env::var("IRIS_BENCH_ONLY").unwrap_or_default();
+        Only(
+            v.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| match s.split_once(':') {
+                    Some((sys, id)) => (sys.to_string(), Some(id.to_string())),
+                    None => (s.to_string(), None),
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether any cell of `system` runs.
+    fn system(&self, system: &str) -> bool {
+        self.0.is_empty() || self.0.iter().any(|(s, _)| s == system)
+    }
+
+    /// Whether cell `id` of `system` runs.
+    fn cell(&self, system: &str, id: &str) -> bool {
+        self.0.is_empty()
+            || self
+                .0
+                .iter()
+                .any(|(s, i)| s == system && i.as_deref().is_none_or(|i| i == id))
+    }
 }
 
 impl Bench {
@@ -217,6 +254,9 @@ impl Bench {
     ) where
         F: Fn(usize, &Stop) -> u64 + Sync,
     {
+        if !self.only.cell(system, id) {
+            return;
+        }
         run_threads(threads, self.warm, &body);
         let (ops, secs) = run_threads(threads, self.secs, &body);
         let row = Row {
@@ -1022,9 +1062,13 @@ fn main() {
         );
     }
 
+    let only = Only::from_env();
     let mut spaces = vec![32_768u64, 262_144];
     if big {
         spaces.push(1_048_576);
+    }
+    if let Ok(v) = std::env::var("IRIS_BENCH_KEYS") {
+        spaces = v.split(',').filter_map(|k| k.trim().parse().ok()).collect();
     }
     let started = Instant::now();
     for keys in spaces {
@@ -1044,32 +1088,46 @@ fn main() {
             secs,
             warm,
             rows: Vec::new(),
+            only: only.clone(),
         };
         let mut notes = Vec::new();
-        bench_floor(&mut b, &sp, &mut notes);
-        bench_iris(&mut b, &sp, &mut notes);
-        bench_lmdb(&mut b, &sp, &mut notes);
-        bench_redb(&mut b, &sp, &mut notes);
+        if only.system("floor") {
+            bench_floor(&mut b, &sp, &mut notes);
+        }
+        if only.system("Iris") {
+            bench_iris(&mut b, &sp, &mut notes);
+        }
+        if only.system("LMDB") {
+            bench_lmdb(&mut b, &sp, &mut notes);
+        }
+        if only.system("redb") {
+            bench_redb(&mut b, &sp, &mut notes);
+        }
         for n in &notes {
             println!("  note: {n}");
         }
         print_ratios(&title, &b.rows);
     }
-    println!();
-    println!("== tree shapes: B+-tree (buffer 0) and Bε-tree (1 KiB buffers), same code ==");
-    let mut b = Bench {
-        secs,
-        warm,
-        rows: Vec::new(),
-    };
-    let mut notes = Vec::new();
-    bench_shapes(&mut b, &mut notes);
-    for n in &notes {
-        println!("  note: {n}");
-    }
-    for id in ["insert", "get_small"] {
-        if let (Some(be), Some(bp)) = (find(&b.rows, "Bε-1K", id, 1), find(&b.rows, "B+", id, 1)) {
-            println!("  {id}: Bε / B+ = {:.2}x", be.rate() / bp.rate());
+    if only.system("shapes") {
+        println!();
+        println!("== tree shapes: B+-tree (buffer 0) and Bε-tree (1 KiB buffers), same code ==");
+        let mut b = Bench {
+            secs,
+            warm,
+            rows: Vec::new(),
+            only: Only::default(),
+        };
+        let mut notes = Vec::new();
+        bench_shapes(&mut b, &mut notes);
+        for n in &notes {
+            println!("  note: {n}");
+        }
+        for id in ["insert", "get_small"] {
+            if let (Some(be), Some(bp)) =
+                (find(&b.rows, "Bε-1K", id, 1), find(&b.rows, "B+", id, 1))
+            {
+                println!("  {id}: Bε / B+ = {:.2}x", be.rate() / bp.rate());
+            }
         }
     }
     println!();

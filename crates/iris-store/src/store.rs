@@ -370,8 +370,8 @@ impl Inner {
     }
 
     /// Where `key` is, for a change in place by `txn`, which holds the key's partition lock:
-    /// from the leaf this thread last found it in while the shape has not moved since, else
-    /// from the root (and remembered).
+    /// from the leaf this thread last found it in while the shape has not moved since, or (in a
+    /// B+-tree) from the leaf it last found a neighbour in, else from the root (and remembered).
     fn locate_in_place(&self, txn: &Txn<'_>, key: Key) -> Result<crate::tree::Spot> {
         let seq = self.header.shape_seq();
         let volume = self.facts.volume_id;
@@ -379,6 +379,16 @@ impl Inner {
             if let Ok(node) = txn.cx().load(leaf, Some(0)) {
                 if slot < node.count && node.key(slot) == key {
                     return Ok(crate::tree::Spot::from_leaf(node, slot));
+                }
+            }
+        }
+        if self.facts.buffer_bytes == 0 {
+            if let Some(leaf) = hint::lookup_run(volume, key, seq) {
+                if let Ok(node) = txn.cx().load(leaf, Some(0)) {
+                    if let Ok(slot) = node.search(key) {
+                        hint::remember(volume, key, seq, leaf, slot);
+                        return Ok(crate::tree::Spot::from_leaf(node, slot));
+                    }
                 }
             }
         }

@@ -789,3 +789,46 @@ fn an_overwrite_after_the_key_moved_to_another_leaf_lands_in_the_live_one() {
         }
     }
 }
+
+#[test]
+fn an_overwrite_of_a_neighbour_follows_the_key_into_its_live_leaf() {
+    // Overwrites in place also start from the leaf where a neighbouring key was last found
+    // (one entry per run of neighbouring keys), while the shape has not moved. Inserts copy and
+    // split leaves: the neighbours move, and the next overwrite must find them where they are.
+    let bs = 512u32;
+    let (_sim, s) = sim_store(16 << 20, bs);
+    let key = |lo: u64| Key::new(9, lo);
+    let mut model = std::collections::BTreeMap::new();
+    for i in 0..16u64 {
+        s.put(key(2 * i), &value(i, 0, bs as usize)).expect("put");
+        model.insert(2 * i, value(i, 0, bs as usize));
+    }
+    for round in 1..16u64 {
+        // Learn the leaf of the run from one key, then overwrite its neighbours from it.
+        for (n, lo) in [0, 2 * (round % 16), 30 - 2 * (round % 8)]
+            .into_iter()
+            .enumerate()
+        {
+            let v = value(lo, round * 10 + n as u64, bs as usize);
+            s.put(key(lo), &v).expect("overwrite");
+            model.insert(lo, v);
+        }
+        // An insert between two keys copies (and sometimes splits) their leaf.
+        s.put(key(2 * round - 1), &value(round, round, 64))
+            .expect("insert");
+        model.insert(2 * round - 1, value(round, round, 64));
+        for lo in [2 * round, 2 * round - 2, 28] {
+            let v = value(lo, 1000 + round, bs as usize);
+            s.put(key(lo), &v).expect("overwrite after the insert");
+            model.insert(lo, v);
+        }
+        for (&lo, want) in &model {
+            let got = s
+                .get_with(key(lo), |b| b.to_vec())
+                .expect("get")
+                .expect("present");
+            assert_eq!(&got, want, "round {round} key {lo}");
+        }
+        assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+    }
+}

@@ -4,6 +4,12 @@
 //! down from the root. Per thread (no sharing, no locks), direct-mapped; entries name their
 //! volume, and the sequence starts at a random value whenever a header is rebuilt, so an entry
 //! of another volume or an older life of this one never matches.
+//!
+//! Besides exact keys, a second table remembers the leaf of each run of 32 neighbouring keys (a file's consecutive blocks share a leaf), so a random overwrite of a key this thread
+//! never touched still skips the descent when a neighbour of it was found: the caller searches
+//! that leaf for the key. While the sequence holds, the leaf is live and is the only leaf that
+//! can hold the key; only in a B+-tree (no message buffers) does a key found there carry its
+//! current value, so callers use runs for B+-trees only.
 
 use std::cell::RefCell;
 
@@ -21,8 +27,40 @@ struct Entry {
     slot: u16,
 }
 
+/// Neighbouring keys (same high word, same `lo >> RUN_BITS`) sharing one run entry.
+const RUN_BITS: u32 = 5;
+
+/// The leaf where a key of one run was last found.
+#[derive(Clone, Copy, Default)]
+struct Run {
+    volume: u64,
+    hi: u64,
+    run: u64,
+    seq: u64,
+    leaf: u64,
+}
+
 thread_local! {
     static HINTS: RefCell<Option<Box<[Entry]>>> = const { RefCell::new(None) };
+    static RUNS: RefCell<Option<Box<[Run]>>> = const { RefCell::new(None) };
+}
+
+fn run_index(hi: u64, run: u64) -> usize {
+    let h = hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ run;
+    h as usize % ENTRIES
+}
+
+/// The leaf where a key of `key`'s run of `volume` was found while the sequence read `seq`.
+#[inline]
+pub(super) fn lookup_run(volume: u64, key: Key, seq: u64) -> Option<u64> {
+    let run = key.lo >> RUN_BITS;
+    RUNS.try_with(|r| {
+        let r = r.try_borrow().ok()?;
+        let e = r.as_ref()?.get(run_index(key.hi, run))?;
+        (e.volume == volume && e.hi == key.hi && e.run == run && e.seq == seq).then_some(e.leaf)
+    })
+    .ok()
+    .flatten()
 }
 
 fn index(key: Key) -> usize {
@@ -58,6 +96,20 @@ pub(super) fn remember(volume: u64, key: Key, seq: u64, leaf: u64, slot: u16) {
             seq,
             leaf,
             slot,
+        };
+    });
+    let _ = RUNS.try_with(|r| {
+        let Ok(mut r) = r.try_borrow_mut() else {
+            return;
+        };
+        let table = r.get_or_insert_with(|| vec![Run::default(); ENTRIES].into_boxed_slice());
+        let run = key.lo >> RUN_BITS;
+        table[run_index(key.hi, run)] = Run {
+            volume,
+            hi: key.hi,
+            run,
+            seq,
+            leaf,
         };
     });
 }
