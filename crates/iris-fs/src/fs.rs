@@ -95,6 +95,20 @@ fn size_and_times(
     }
 }
 
+/// Attempts of a read that found a writer mid-change before it takes that writer's locks (which
+/// also repairs a writer killed mid-change).
+const WAITS_BEFORE_LOCK: u32 = 1000;
+
+/// The outcome of one attempt of a read (see `Fs::read_impl`).
+enum ReadOnce {
+    /// Read (or failed) for good.
+    Done(FsResult<Option<usize>>),
+    /// A change in place overlapped the copy: read again.
+    Again,
+    /// A writer is in the middle of a change in place: wait, then read.
+    WriterBusy,
+}
+
 /// Wrap an errno as a store error so it can leave a transaction closure.
 fn abort(e: Errno) -> iris_store::StoreError {
     iris_store::StoreError::Invalid(format!("errno {}", e.0))
@@ -777,6 +791,45 @@ impl Fs {
         file: Option<&FileCache>,
     ) -> FsResult<Option<usize>> {
         let bs = self.block_size;
+        // The data keys this read may copy from: a write changing some of them in place (bytes
+        // of a block, or several blocks of one write) must not be seen in part.
+        let keys = |len: u64| {
+            let first = off >> bs.trailing_zeros();
+            let last = (off + len.max(1) - 1) >> bs.trailing_zeros();
+            (first..=last).map(move |b| key(ino, Kind::Data, b))
+        };
+        let mut waits = 0u32;
+        loop {
+            match self.read_once(ino, off, buf, honor_shadow, file, &keys)? {
+                ReadOnce::Done(r) => return r,
+                ReadOnce::Again => {}
+                ReadOnce::WriterBusy => {
+                    waits += 1;
+                    if waits < WAITS_BEFORE_LOCK {
+                        std::hint::spin_loop();
+                    } else {
+                        self.store
+                            .wait_for_writers(keys(buf.len() as u64))
+                            .map_err(store_err)?;
+                        waits = 0;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt of `read_impl` in one read section.
+    fn read_once<I: Iterator<Item = Key>>(
+        &self,
+        ino: u64,
+        off: u64,
+        buf: &mut [u8],
+        honor_shadow: bool,
+        file: Option<&FileCache>,
+        keys: &impl Fn(u64) -> I,
+    ) -> FsResult<ReadOnce> {
+        let bs = self.block_size;
+        let finish = |r: FsResult<Option<usize>>| Ok(ReadOnce::Done(r));
         self.store
             .read(|view| {
                 let stamp = view.change_stamp(key(ino, Kind::Inode, 0));
@@ -784,18 +837,21 @@ impl Fs {
                 let data_stamp = file.map(|_| view.change_stamp(key(ino, Kind::Data, 0)));
                 let inode = match self.inode_at(view, ino, stamp) {
                     Ok(i) => i,
-                    Err(e) => return Ok(Err(e)),
+                    Err(e) => return finish(Err(e)),
                 };
                 if inode.is_dir() {
-                    return Ok(Err(Errno::EISDIR));
+                    return finish(Err(Errno::EISDIR));
                 }
                 if honor_shadow && inode.is_shadowed() {
-                    return Ok(Ok(None));
+                    return finish(Ok(None));
                 }
                 if off >= inode.size {
-                    return Ok(Ok(Some(0)));
+                    return finish(Ok(Some(0)));
                 }
                 let n = (buf.len() as u64).min(inode.size - off) as usize;
+                let Some(marks) = view.in_place_marks(keys(n as u64)) else {
+                    return Ok(ReadOnce::WriterBusy);
+                };
                 let map = file
                     .zip(data_stamp)
                     .and_then(|(f, s)| Some((f, f.epoch(s)?)));
@@ -827,9 +883,12 @@ impl Fs {
                     out[have..].fill(0);
                     done += chunk;
                 }
-                Ok(Ok(Some(n)))
+                if !view.unchanged_since(&marks) {
+                    return Ok(ReadOnce::Again);
+                }
+                finish(Ok(Some(n)))
             })
-            .map_err(store_err)?
+            .map_err(store_err)
     }
 
     /// The inode a one-block write to `ino` ending at `end` at time `now` starts from, and the

@@ -11,7 +11,8 @@
 //!   most of it preloading (redb alone ~45 s).
 //! - `IRIS_BENCH_ONLY=SYSTEM[:CELL],...` (e.g. `Iris:put_batch,floor`): run only these cells
 //!   (systems: floor, Iris, LMDB, redb, shapes; cells: the ids in the ratio table's code), for
-//!   profiling one workload. `IRIS_BENCH_KEYS=32768,...` picks the key spaces.
+//!   profiling one workload. `IRIS_BENCH_KEYS=32768,...` picks the key spaces,
+//!   `IRIS_BENCH_THREADS=1` (or 2) the thread count.
 //! - `IRIS_READ_NS` / `IRIS_WRITE_NS` are Iris's own latency model; the bench prints them when set
 //!   because they slow Iris (and only Iris) down on purpose.
 //!
@@ -233,6 +234,14 @@ impl Only {
         self.0.is_empty() || self.0.iter().any(|(s, _)| s == system)
     }
 
+    /// Whether cells with `threads` threads run (`IRIS_BENCH_THREADS=1` or `2`; both if unset).
+    fn threads(&self, threads: usize) -> bool {
+        std::env::var("IRIS_BENCH_THREADS")
+            .ok()
+            .and_then(|t| t.parse::<usize>().ok())
+            .is_none_or(|t| t == threads)
+    }
+
     /// Whether cell `id` of `system` runs.
     fn cell(&self, system: &str, id: &str) -> bool {
         self.0.is_empty()
@@ -254,7 +263,7 @@ impl Bench {
     ) where
         F: Fn(usize, &Stop) -> u64 + Sync,
     {
-        if !self.only.cell(system, id) {
+        if !self.only.cell(system, id) || !self.only.threads(threads) {
             return;
         }
         run_threads(threads, self.warm, &body);

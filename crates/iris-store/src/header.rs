@@ -51,6 +51,11 @@ const REPAIR_NEEDED: u64 = 688;
 /// [`Header::shape_seq`]); its own cache line.
 const SHAPE_SEQ: u64 = 1024;
 const _: () = assert!(SHAPE_SEQ + 64 <= crate::readers::INFLIGHT_OFF);
+/// Per-partition write sequences, one cache line each (see [`Header::begin_in_place`]): odd while
+/// a writer of the partition changes bytes or several slots where readers may be looking.
+const WRITE_SEQS: u64 = 20736;
+const _: () = assert!(undo_off(PARTITIONS) <= WRITE_SEQS);
+const _: () = assert!(WRITE_SEQS + PARTITIONS * 64 <= crate::layout::HEADER_BYTES);
 /// Per-share counters of used blocks, one cache line each (writers of different partitions
 /// allocate and free without sharing a line); the used count is USED_BLOCKS plus all of them.
 const USED_SHARES: u64 = 6656;
@@ -100,6 +105,18 @@ pub(crate) fn partition_of(key: Key) -> u64 {
     let h = key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15)
         ^ (key.lo >> REGION_BITS).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
     (h >> 32) % PARTITIONS
+}
+
+/// A change in place in progress (see [`Header::in_place`]).
+pub(crate) struct InPlace<'a> {
+    header: &'a Header,
+    held: u64,
+}
+
+impl Drop for InPlace<'_> {
+    fn drop(&mut self) {
+        self.header.end_in_place(self.held);
+    }
 }
 
 /// The change-stamp buckets an operation touched (one bit per bucket).
@@ -303,6 +320,53 @@ impl Header {
         self.region
             .atomic_u64(self.off + SHAPE_SEQ)
             .fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Partition `p`'s write sequence.
+    #[inline]
+    fn write_seq_word(&self, p: u64) -> &std::sync::atomic::AtomicU64 {
+        self.region
+            .atomic_u64(self.off + WRITE_SEQS + (p % PARTITIONS) * 64)
+    }
+
+    /// Partition `p`'s write sequence: even when no writer is changing anything in place there.
+    #[inline]
+    pub fn write_seq(&self, p: u64) -> u64 {
+        self.write_seq_word(p).load(Ordering::Acquire)
+    }
+
+    /// Before changing, in place, bytes or more than one slot readers may be looking at (the
+    /// caller holds the locks of the partitions in `held`): make their sequences odd, so a
+    /// reader that overlaps the change sees a sequence move and reads again.
+    fn begin_in_place(&self, held: u64) {
+        for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
+            let w = self.write_seq_word(p);
+            w.store(w.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
+        }
+        // The odd values are visible before any byte of the change.
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// [`Header::begin_in_place`], ended by the guard's drop (after the change is published and
+    /// its change stamps moved, so a reader using a location cached before the change reads
+    /// again too).
+    pub fn in_place(&self, held: u64) -> InPlace<'_> {
+        self.begin_in_place(held);
+        InPlace { header: self, held }
+    }
+
+    /// After the change [`Header::begin_in_place`] announced: even again, one higher.
+    fn end_in_place(&self, held: u64) {
+        for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
+            let w = self.write_seq_word(p);
+            w.store((w.load(Ordering::Relaxed) | 1) + 1, Ordering::Release);
+        }
+    }
+
+    /// Make every write sequence even (a repair, holding every lock, after rolling back what a
+    /// dead writer left half done).
+    pub fn settle_write_seqs(&self) {
+        self.end_in_place((1 << PARTITIONS) - 1);
     }
 
     /// Mark the working tree changed since the last commit (a store only when it was not).

@@ -356,6 +356,7 @@ impl Inner {
             // finish a half-done commit and reclaim what the dead holder had allocated.
             self.header.bump_all_change_stamps();
             self.undo.roll_back();
+            self.header.settle_write_seqs();
             let cx = self.cx();
             let repaired = commit::reconcile(&cx).and_then(|_| recovery::collect(&cx));
             for (p, d) in died.iter().enumerate() {
@@ -1171,6 +1172,8 @@ impl Store {
         if let PatchPlan::Escalate = plan {
             return Ok(None);
         }
+        // The bytes change where readers may be copying them: they read again (see `View`).
+        let _in_place = inner.header.in_place(1 << p);
         inner.undo.write(p, block, offset as u64, data);
         inner.latency.on_write(1);
         // The stamp moves although the location does not: the bytes changed.
@@ -1390,6 +1393,20 @@ impl Store {
             }
         }
         Err(StoreError::NoSpace)
+    }
+
+    /// Wait until no writer is in the middle of a change in place in the partitions of `keys`
+    /// (see [`View::in_place_marks`]), repairing what a dead one left half done: takes their
+    /// locks, then releases them. Call it outside any read.
+    pub fn wait_for_writers(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
+        let mut held = 0u64;
+        for k in keys {
+            held |= 1 << partition_of(k);
+        }
+        for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
+            drop(self.inner.lock_partition(p)?);
+        }
+        Ok(())
     }
 
     /// Run `f` with a read-only view of the working tree: several lookups from one root, lock-free.
@@ -1679,6 +1696,13 @@ fn commit_timer(weak: Weak<Inner>, stop: Arc<AtomicBool>, interval: Duration) {
 }
 
 /// A consistent read-only view of the working tree (see [`Store::read`]). Holds the lock.
+/// The write sequences of some partitions as a reader found them (see [`View::in_place_marks`]).
+#[derive(Clone, Copy, Debug)]
+pub struct WriteMarks {
+    held: u64,
+    seqs: [u64; PARTITIONS as usize],
+}
+
 pub struct View<'s> {
     inner: &'s Inner,
     root: u64,
@@ -1704,6 +1728,42 @@ impl View<'_> {
     #[inline]
     pub fn change_stamp(&self, key: Key) -> u64 {
         self.inner.header.change_stamp(key)
+    }
+
+    /// The write sequences of the partitions of `keys`, for a read that must not see part of a
+    /// change made in place (bytes of a block, or the several slots of one write): check them
+    /// with [`View::unchanged_since`] after reading, and read again if they moved. `None` while
+    /// a writer of one of them is mid-change: leave the view, then try again (after a while,
+    /// through [`Store::wait_for_writers`]).
+    #[inline]
+    pub fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
+        let mut held = 0u64;
+        for k in keys {
+            held |= 1 << partition_of(k);
+            if held == (1 << PARTITIONS) - 1 {
+                break;
+            }
+        }
+        let mut seqs = [0u64; PARTITIONS as usize];
+        for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
+            let s = self.inner.header.write_seq(p);
+            if s & 1 != 0 {
+                return None;
+            }
+            seqs[p as usize] = s;
+        }
+        Some(WriteMarks { held, seqs })
+    }
+
+    /// Whether no change in place began in the partitions of `marks` since they were taken:
+    /// then what was read between the two is one state, not part of a change.
+    #[inline]
+    pub fn unchanged_since(&self, marks: &WriteMarks) -> bool {
+        // The bytes read above are read before the sequences below.
+        std::sync::atomic::fence(Ordering::Acquire);
+        (0..PARTITIONS)
+            .filter(|p| marks.held & (1 << p) != 0)
+            .all(|p| self.inner.header.write_seq(p) == marks.seqs[p as usize])
     }
 
     /// Where the value of `key` lives: its bytes if inline, its data block if out of line.

@@ -60,15 +60,28 @@ const SPIN_TRIES: u32 = 200;
 
 /// Take the lock of partition `p`.
 pub(crate) fn lock(header: &Header, p: u64) -> Result<Acquired> {
-    for _ in 0..SPIN_TRIES {
+    let m = header.mutex_ptr(p);
+    // SAFETY: glibc's pthread_mutex_t begins with its lock word (`int __lock`: the owner's thread
+    // id, 0 when free), 4-byte aligned inside the mutex; it is only read here, as a hint.
+    let word = unsafe { &*(m as *const std::sync::atomic::AtomicI32) };
+    let mut tries = 0;
+    while tries < SPIN_TRIES {
         // SAFETY: as below; trylock never blocks.
-        let rc = unsafe { libc::pthread_mutex_trylock(header.mutex_ptr(p)) };
+        let rc = unsafe { libc::pthread_mutex_trylock(m) };
         match rc {
             0 => return Ok(Acquired::Clean),
             libc::EOWNERDEAD => return Ok(Acquired::OwnerDied),
-            libc::EBUSY => std::hint::spin_loop(),
+            libc::EBUSY => {}
             _ => break,
         }
+        // Wait for the word to read free with plain loads, not read-modify-writes: they leave
+        // the line shared, so the holder's unlock does not have to win it back from the waiter.
+        // (A dead owner's word never reads 0: the bound ends the wait, trylock then reports it.)
+        while tries < SPIN_TRIES && word.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            std::hint::spin_loop();
+            tries += 1;
+        }
+        tries += 1;
     }
     // SAFETY: the mutex was initialised by `init` (at creation or recovery) and lives in the mapping
     // for as long as the store that owns `header`.

@@ -90,6 +90,10 @@ impl Store {
             .map(|(_, block, _, gen, at)| (*at, *block, *gen))
             .collect();
         inner.undo.arm_slots(lowest, &slots);
+        // Readers of these partitions read again if they overlap the publishes (a write is
+        // atomic to readers too); a writer killed among them leaves the sequences odd until the
+        // repair.
+        let _in_place = inner.header.in_place(held);
         let gen = inner.header.working_gen();
         for (n, ((spot, _, len, _, _), (&block, k))) in
             olds.iter().zip(fresh.iter().zip(keys)).enumerate()
@@ -103,8 +107,10 @@ impl Store {
                 gen,
             };
             if let Err(e) = txn.put_at(spot, *k, val) {
-                // Leave the record armed: the next locker's repair puts the old values back.
+                // Leave the record armed: the next locker's repair puts the old values back
+                // (and the sequences odd, so readers wait for it).
                 inner.header.set_repair_needed(true);
+                std::mem::forget(_in_place);
                 return Err(e);
             }
         }
