@@ -399,7 +399,10 @@ fn multi_block_overwrites_are_whole_or_absent_after_kill_9() {
             assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
         }
     }
-    // Writers that die exactly halfway through publishing a group's eight blocks.
+    // Writers that die exactly halfway through publishing a group's eight blocks. A process that
+    // had the volume open all along must find the half-published groups whole or absent too:
+    // its readers wait for the write sequences the dead writer left odd, until a repair.
+    let watcher = Store::open(&path, &OpenOptions::default()).expect("open the watcher");
     for round in 0..5u64 {
         let prefix = 4000 + round;
         let mut victim = worker_env(
@@ -416,6 +419,20 @@ fn multi_block_overwrites_are_whole_or_absent_after_kill_9() {
             "the failpoint did not kill the writer"
         );
         let (acked, _) = victim.kill_counting();
+        let keys: Vec<Key> = (0..groups)
+            .flat_map(|g| (0..8u64).map(move |j| Key::new(prefix, j * 300 + g)))
+            .collect();
+        watcher
+            .wait_for_writers(keys.iter().copied())
+            .expect("wait for writers");
+        let settled = watcher
+            .read(|v| Ok(v.in_place_marks(keys.iter().copied()).is_some()))
+            .expect("read");
+        assert!(
+            settled,
+            "round {round}: the dead writer's sequences stayed odd"
+        );
+        check_groups(&watcher, prefix, groups, acked, "halfway victim, watcher");
         let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
         check_groups(&s, prefix, groups, acked, "halfway victim");
         assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
