@@ -446,16 +446,19 @@ fn msync_of_a_shared_mapping_reaches_the_volume() {
     // volume; Linux makes no promise either. The synced ones must be.
 }
 
-/// O_SYNC and O_DSYNC writes are durable when they return: after a power loss (simulated by
-/// reopening as after a reboot, which keeps only the last commit) their bytes are there, while a
-/// plain write made after them by the same process (killed, so it never exits) is gone.
+/// O_SYNC and O_DSYNC writes, and writes followed by fsync or fdatasync, are durable when those
+/// return: after a power loss (simulated by reopening as after a reboot, which keeps only the
+/// last commit) their bytes are there, while a plain write made after them by the same process
+/// (killed, so it never exits) is gone.
 #[test]
-fn o_sync_and_o_dsync_writes_survive_a_power_loss() {
+fn synced_writes_survive_a_power_loss() {
     let v = Volume::new("osync");
     let script = "import os\n\
-        for name, flag in (('s', os.O_SYNC), ('d', os.O_DSYNC)):\n\
+        for name, flag in (('s', os.O_SYNC), ('d', os.O_DSYNC), ('f', 0), ('g', 0)):\n\
         \x20   fd = os.open('/iris/' + name, os.O_WRONLY | os.O_CREAT | flag, 0o644)\n\
         \x20   os.write(fd, name.encode() * 5000)\n\
+        \x20   if name == 'f': os.fsync(fd)\n\
+        \x20   if name == 'g': os.fdatasync(fd)\n\
         \x20   os.close(fd)\n\
         open('/iris/plain', 'w').write('lost')\n\
         os.kill(os.getpid(), 9)\n";
@@ -486,7 +489,7 @@ fn o_sync_and_o_dsync_writes_survive_a_power_loss() {
             .output()
             .expect("iris cat")
     };
-    for (path, byte) in [("/s", b's'), ("/d", b'd')] {
+    for (path, byte) in [("/s", b's'), ("/d", b'd'), ("/f", b'f'), ("/g", b'g')] {
         let got = cat(path);
         assert!(got.status.success(), "{path} lost: {:?}", got);
         assert_eq!(got.stdout, vec![byte; 5000], "{path}");
