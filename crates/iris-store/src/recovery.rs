@@ -42,6 +42,10 @@ impl Marks {
         &self.words
     }
 
+    pub fn words_mut(&mut self) -> &mut [u64] {
+        &mut self.words
+    }
+
     pub fn count(&self) -> u64 {
         self.words.iter().map(|w| u64::from(w.count_ones())).sum()
     }
@@ -231,11 +235,34 @@ pub(crate) fn collect(cx: &Ctx<'_>) -> Result<u64> {
     let committed = h.committed_gen();
     let mut live = Marks::new(cx.layout.max_blocks);
     mark_tree(cx, h.working_root(), &mut live, Walk::Mark, committed)?;
+    let working = live.words().to_vec();
+    // The walk skips what the working tree shares, so what it marks is what only the last
+    // commit still references.
     mark_tree(cx, h.committed_root(), &mut live, Walk::Mark, committed)?;
     let live_count = live.count();
-    let mut all = live;
+    let mut snapshots = Marks::new(cx.layout.max_blocks);
     for s in h.snapshots() {
-        mark_tree(cx, s.root, &mut all, Walk::Mark, committed)?;
+        mark_tree(cx, s.root, &mut snapshots, Walk::Mark, committed)?;
+    }
+    // Those blocks go when the next commit is durable. A writer notes that right after it
+    // publishes their replacements; one killed in between did not, and nothing else would.
+    for (i, ((&now, &before), &snap)) in live
+        .words()
+        .iter()
+        .zip(&working)
+        .zip(snapshots.words())
+        .enumerate()
+    {
+        let mut bits = now & !before & !snap;
+        while bits != 0 {
+            cx.alloc
+                .defer_free(i as u64 * 64 + u64::from(bits.trailing_zeros()));
+            bits &= bits - 1;
+        }
+    }
+    let mut all = live;
+    for (w, &snap) in all.words_mut().iter_mut().zip(snapshots.words()) {
+        *w |= snap;
     }
     h.set_snapshot_held(all.count() - live_count);
     // Blocks being filled outside the lock by live writers are not garbage yet.

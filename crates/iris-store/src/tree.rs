@@ -845,6 +845,7 @@ impl<'a> Txn<'a> {
                 // A snapshot still reaches it; deleting the snapshot reclaims it.
                 self.cx.header.add_snapshot_held(1);
             } else {
+                crate::failpoint::hit("defer-free");
                 self.cx.alloc.defer_free(block);
             }
         }
