@@ -343,8 +343,9 @@ impl Header {
             let w = self.write_seq_word(p);
             w.store(w.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
         }
-        // The odd values are visible before any byte of the change.
-        std::sync::atomic::fence(Ordering::SeqCst);
+        // The odd values are visible before any byte of the change (the seqlock writer's
+        // fence: store-store order, free on x86).
+        std::sync::atomic::fence(Ordering::Release);
     }
 
     /// [`Header::begin_in_place`], ended by the guard's drop (after the change is published and
