@@ -626,14 +626,14 @@ fn df_reports_sizes_in_human_units_and_json() {
     assert!(freed["used_bytes"].as_u64().expect("used") < used + (1 << 20));
 }
 
-/// Overwrite bytes in the middle of every tree node (magic "IRLF" leaf or "IRIN" internal at the
-/// start of a block): some of them are the committed tree's.
+/// Overwrite bytes in the middle of every tree node (magic "IRL2" leaf or "IRI2" internal at the
+/// start of a block), where its slots are: some of them are the committed tree's.
 fn corrupt_tree_nodes(vol: &Path) -> usize {
     let mut bytes = std::fs::read(vol).expect("read volume");
     let mut corrupted = 0;
     for block in bytes.chunks_mut(BLOCK_BYTES as usize) {
-        if block.starts_with(b"IRLF") || block.starts_with(b"IRIN") {
-            block[1000..1100].fill(0xa5);
+        if block.starts_with(b"IRL2") || block.starts_with(b"IRI2") {
+            block[40..140].fill(0xa5);
             corrupted += 1;
         }
     }

@@ -7,8 +7,12 @@ use crate::layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 
 /// "IRISVOL\0"
 pub(crate) const SUPER_MAGIC: u64 = u64::from_le_bytes(*b"IRISVOL\0");
-/// On-volume format version this code reads and writes.
-pub const FORMAT_VERSION: u32 = 5;
+/// On-volume format version this code writes. Version 6 checksums only what a node holds, not
+/// its free gap (new node magics); version 5 nodes are still read, and copies of them written
+/// as version 6 nodes, so a version 5 volume becomes a version 6 one at its next commit.
+pub const FORMAT_VERSION: u32 = 6;
+/// The oldest format version this code reads.
+pub const OLDEST_READ_VERSION: u32 = 5;
 /// Snapshot table capacity.
 pub const MAX_SNAPSHOTS: usize = 8;
 /// Longest snapshot name, in bytes.
@@ -124,10 +128,10 @@ impl Superblock {
             return Err(bad("bad magic (not an Iris volume)"));
         }
         let version = le32(b, 8);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(bad(&format!(
-                "format version {version}, this build reads version {FORMAT_VERSION} \
-                 (re-create the volume with `iris mkfs --force`)"
+                "format version {version}, this build reads versions {OLDEST_READ_VERSION} \
+                 to {FORMAT_VERSION} (re-create the volume with `iris mkfs --force`)"
             )));
         }
         if crc32c::crc32c(&b[..CHECKSUM_OFF]) != le32(b, CHECKSUM_OFF) {
