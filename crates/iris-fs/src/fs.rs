@@ -795,7 +795,7 @@ impl Fs {
         // of a block, or several blocks of one write) must not be seen in part.
         let keys = |len: u64| {
             let first = off >> bs.trailing_zeros();
-            let last = (off + len.max(1) - 1) >> bs.trailing_zeros();
+            let last = off.saturating_add(len.max(1) - 1) >> bs.trailing_zeros();
             (first..=last).map(move |b| key(ino, Kind::Data, b))
         };
         let mut waits = 0u32;
