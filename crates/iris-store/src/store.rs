@@ -1402,6 +1402,9 @@ impl Store {
         let mut held = 0u64;
         for k in keys {
             held |= 1 << partition_of(k);
+            if held == (1 << PARTITIONS) - 1 {
+                break;
+            }
         }
         for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
             drop(self.inner.lock_partition(p)?);
