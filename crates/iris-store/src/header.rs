@@ -51,7 +51,7 @@ const REPAIR_NEEDED: u64 = 688;
 /// [`Header::shape_seq`]); its own cache line.
 const SHAPE_SEQ: u64 = 1024;
 const _: () = assert!(SHAPE_SEQ + 64 <= crate::readers::INFLIGHT_OFF);
-/// Per-partition write sequences, one cache line each (see [`Header::begin_in_place`]): odd while
+/// Per-partition write sequences, one cache line each (see [`Header::in_place`]): odd while
 /// a writer of the partition changes bytes or several slots where readers may be looking.
 const WRITE_SEQS: u64 = 20736;
 const _: () = assert!(undo_off(PARTITIONS) <= WRITE_SEQS);
