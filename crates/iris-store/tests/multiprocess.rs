@@ -172,6 +172,24 @@ fn worker(path: &std::path::Path, mode: &str, prefix: u64, keys: u64) -> Overwri
     worker_env(path, mode, prefix, keys, &[])
 }
 
+/// A worker that ran until it reached failpoint `point` and died there of SIGKILL.
+fn killed_at(
+    path: &std::path::Path,
+    mode: &str,
+    prefix: u64,
+    keys: u64,
+    point: &str,
+) -> Overwriter {
+    let mut victim = worker_env(path, mode, prefix, keys, &[("IRIS_FAILPOINT", point)]);
+    let status = victim.child.wait().expect("wait");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "the failpoint {point} did not kill the {mode}"
+    );
+    victim
+}
+
 /// [`worker`] with extra environment variables.
 fn worker_env(
     path: &std::path::Path,
@@ -392,19 +410,7 @@ fn multi_block_overwrites_are_whole_or_absent_after_kill_9() {
     let watcher = Store::open(&path, &OpenOptions::default()).expect("open the watcher");
     for round in 0..5u64 {
         let prefix = 4000 + round;
-        let mut victim = worker_env(
-            &path,
-            "grouper",
-            prefix,
-            groups,
-            &[("IRIS_FAILPOINT", "overwrite-publish")],
-        );
-        let status = victim.child.wait().expect("wait");
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(9),
-            "the failpoint did not kill the writer"
-        );
+        let victim = killed_at(&path, "grouper", prefix, groups, "overwrite-publish");
         let (acked, _) = victim.kill_counting();
         let keys: Vec<Key> = (0..groups)
             .flat_map(|g| (0..8u64).map(move |j| Key::new(prefix, j * 300 + g)))
@@ -447,19 +453,7 @@ fn a_writer_killed_before_noting_the_committed_blocks_it_replaced_leaks_nothing(
     // nothing after the next one.
     let path = volume("deferred");
     for round in 0..3u64 {
-        let mut victim = worker_env(
-            &path,
-            "overwriter",
-            10 + round,
-            64,
-            &[("IRIS_FAILPOINT", "defer-free")],
-        );
-        let status = victim.child.wait().expect("wait");
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(9),
-            "the failpoint did not kill the writer"
-        );
+        killed_at(&path, "overwriter", 10 + round, 64, "defer-free");
         let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
         for _ in 0..2 {
             s.commit().expect("commit");
