@@ -1698,7 +1698,6 @@ fn commit_timer(weak: Weak<Inner>, stop: Arc<AtomicBool>, interval: Duration) {
     }
 }
 
-/// A consistent read-only view of the working tree (see [`Store::read`]). Holds the lock.
 /// The write sequences of some partitions as a reader found them (see [`View::in_place_marks`]).
 #[derive(Clone, Copy, Debug)]
 pub struct WriteMarks {
@@ -1706,6 +1705,7 @@ pub struct WriteMarks {
     seqs: [u64; PARTITIONS as usize],
 }
 
+/// A consistent read-only view of the working tree (see [`Store::read`]). Holds the lock.
 pub struct View<'s> {
     inner: &'s Inner,
     root: u64,
