@@ -1156,7 +1156,7 @@ impl Store {
         if g.is_all() {
             return Ok(None);
         }
-        let mut txn = Txn::begin_in(inner.cx(), p);
+        let txn = Txn::begin_in(inner.cx(), p);
         let spot = inner.locate_in_place(&txn, key)?;
         let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
             return Ok(None);
@@ -1176,8 +1176,8 @@ impl Store {
         let _in_place = inner.header.in_place(1 << p);
         inner.undo.write(p, block, offset as u64, data);
         inner.latency.on_write(1);
-        // The stamp moves although the location does not: the bytes changed.
-        txn.touch(key);
+        // The location holds, so the stamp does too: cached locations stay good (readers that
+        // overlap the bytes changing see the write sequence move instead).
         let at = BlockRef { block, len };
         Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
     }
@@ -1427,7 +1427,9 @@ impl Store {
     /// change of a key in its bucket (keys sharing the high word and the top byte of the low
     /// word), before the old value's data block can be reused. A value or location learned by a
     /// lookup made after reading stamp `s` stays valid while the stamp reads `s` (read both
-    /// inside one read section), which lets callers cache lookups.
+    /// inside one read section), which lets callers cache lookups. The bytes of an out-of-line
+    /// value may change where they are ([`Store::write_in_place`]) without moving the stamp:
+    /// its location stays valid; readers of the bytes use [`View::in_place_marks`].
     pub fn change_stamp(&self, key: Key) -> u64 {
         self.inner.header.change_stamp(key)
     }

@@ -322,12 +322,6 @@ impl<'a> Txn<'a> {
         )
     }
 
-    /// Note a change made outside the tree's own operations (bytes of a value rewritten where
-    /// they lie), so the publish moves the key's change stamp.
-    pub fn touch(&mut self, key: Key) {
-        self.touched.touch(key);
-    }
-
     /// Whether this transaction changed a key sharing `key`'s change stamp (so its publish moves
     /// that stamp by one).
     pub fn touches(&self, key: Key) -> bool {

@@ -832,3 +832,27 @@ fn an_overwrite_of_a_neighbour_follows_the_key_into_its_live_leaf() {
         assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
     }
 }
+
+#[test]
+fn bytes_written_in_place_keep_the_location_and_its_stamp() {
+    // A small write into a block written since the last commit changes its bytes where they are:
+    // locations cached under the key's change stamp stay good, and the stamp does not move.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(9, 2 << 56);
+    s.put_block(key, 4096, |out| out.fill(1)).expect("put");
+    let stamp = s.change_stamp(key);
+    let before = s.get_with(key, |v| v.as_ptr() as usize).expect("get");
+    let none = None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+    let put = s
+        .write_in_place(key, 100, b"hello", none)
+        .expect("write in place")
+        .expect("the block is private to the working tree");
+    assert_eq!(s.change_stamp(key), stamp, "the stamp moved");
+    assert_eq!(put.located.map(|(st, _)| st), Some(stamp));
+    let (at, bytes) = s
+        .get_with(key, |v| (v.as_ptr() as usize, v[98..107].to_vec()))
+        .expect("get")
+        .expect("present");
+    assert_eq!(Some(at), before, "the bytes moved");
+    assert_eq!(bytes, b"\x01\x01hello\x01\x01");
+}
