@@ -1707,7 +1707,8 @@ pub struct WriteMarks {
     seqs: [u64; PARTITIONS as usize],
 }
 
-/// A consistent read-only view of the working tree (see [`Store::read`]). Holds the lock.
+/// A consistent read-only view of the working tree (see [`Store::read`]), inside a read
+/// section: lock-free, or holding the writer locks when the reader table is full.
 pub struct View<'s> {
     inner: &'s Inner,
     root: u64,
