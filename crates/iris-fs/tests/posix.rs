@@ -821,9 +821,10 @@ fn repair_fixes_every_kind_of_damage_the_check_finds() {
 #[test]
 fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
     // POSIX: read and write of a regular file are atomic with respect to each other. A writer
-    // overwrites three disjoint ranges (8 aligned blocks; 5 blocks from the middle of one; 2
-    // blocks from byte 100 of one) with one tag per write; a reader in another opener (another
-    // process's view) reads the same ranges and must find each filled by a single write.
+    // overwrites four disjoint ranges (8 aligned blocks; 5 blocks from the middle of one; 2
+    // blocks from byte 100 of one; 1000 bytes inside one) with one tag per write; a reader in
+    // another opener (another process's view) reads the same ranges and must find each filled
+    // by a single write.
     let (a, b) = two_openers();
     let root = Cred::root();
     let ino = a
@@ -838,16 +839,18 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
         .ino;
     let bs = 4096u64;
     a.write(ino, 0, &vec![0u8; 20 * bs as usize]).expect("fill");
+    // The last range is a small write inside one block, made in place in the block's bytes.
     let ranges = [
         (0u64, 8 * bs),
         (8 * bs + bs / 2, 5 * bs),
         (14 * bs + 100, 2 * bs),
+        (17 * bs + 50, 1000),
     ];
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
-            for round in 1..=4000u64 {
-                let (off, len) = ranges[(round % 3) as usize];
+            for round in 1..=12_000u64 {
+                let (off, len) = ranges[(round % 4) as usize];
                 a.write(ino, off, &vec![(round % 251) as u8 + 1; len as usize])
                     .expect("overwrite");
             }
@@ -857,7 +860,7 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
             let map = b.file_cache(ino);
             let mut reads = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Acquire) || reads < 1000 {
-                let (off, len) = ranges[(reads % 3) as usize];
+                let (off, len) = ranges[(reads % 4) as usize];
                 let mut buf = vec![0u8; len as usize];
                 let n = b
                     .read_file(&map, off, &mut buf)
