@@ -5,9 +5,10 @@
 //! volume, and the sequence starts at a random value whenever a header is rebuilt, so an entry
 //! of another volume or an older life of this one never matches.
 //!
-//! Besides exact keys, a second table remembers the leaf of each run of 32 neighbouring keys (a file's consecutive blocks share a leaf), so a random overwrite of a key this thread
-//! never touched still skips the descent when a neighbour of it was found: the caller searches
-//! that leaf for the key. While the sequence holds, the leaf is live and is the only leaf that
+//! Besides exact keys, a second table remembers the leaf of each run of 32 neighbouring keys
+//! (a file's consecutive blocks share a leaf), so a random overwrite of a key this thread never
+//! touched still skips the descent when a neighbour of it was found: the caller searches that
+//! leaf for the key. While the sequence holds, the leaf is live and is the only leaf that
 //! can hold the key; only in a B+-tree (no message buffers) does a key found there carry its
 //! current value, so callers use runs for B+-trees only.
 
