@@ -569,6 +569,38 @@ fn fs_check_is_clean_after_real_work_and_finds_injected_damage() {
 }
 
 /// Two `Fs` over one volume, as two processes would map it (one shared working header).
+/// Create (or open) `path` as root in `fs`; its inode number.
+fn create(fs: &Fs, path: &[u8]) -> u64 {
+    fs.open(
+        &Cred::root(),
+        ROOT_INO,
+        path,
+        libc::O_CREAT | libc::O_RDWR,
+        0o644,
+    )
+    .expect("create")
+    .ino
+}
+
+/// Run `write` to its end in one thread while another calls `read(n)` for n = 0, 1, ...
+/// until `write` is done and at least 1 000 reads were made.
+fn race(write: impl FnOnce() + Send, mut read: impl FnMut(u64) + Send) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            write();
+            stop.store(true, std::sync::atomic::Ordering::Release);
+        });
+        s.spawn(|| {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) || reads < 1000 {
+                read(reads);
+                reads += 1;
+            }
+        });
+    });
+}
+
 fn two_openers() -> (Fs, Fs) {
     let (sim, a) = sim_store();
     let b = Store::open_on(Box::new(sim), &same_boot()).expect("second opener");
@@ -582,10 +614,7 @@ fn two_openers() -> (Fs, Fs) {
 fn cached_reads_see_every_change_made_through_another_opener() {
     let (a, b) = two_openers();
     let root = Cred::root();
-    let ino = a
-        .open(&root, ROOT_INO, b"/f", libc::O_CREAT | libc::O_RDWR, 0o644)
-        .expect("create")
-        .ino;
+    let ino = create(&a, b"/f");
     let bs = 4096usize;
     let block = |v: u8| vec![v; bs];
     for i in 0..4u64 {
@@ -634,36 +663,18 @@ fn cached_reads_see_every_change_made_through_another_opener() {
 #[test]
 fn cached_readers_never_see_a_torn_or_reused_block_under_concurrent_overwrites() {
     let (a, b) = two_openers();
-    let root = Cred::root();
-    let ino = a
-        .open(
-            &root,
-            ROOT_INO,
-            b"/hot",
-            libc::O_CREAT | libc::O_RDWR,
-            0o644,
-        )
-        .expect("create")
-        .ino;
+    let ino = create(&a, b"/hot");
     let bs = 4096usize;
     let blocks = 16u64;
     for i in 0..blocks {
         a.write(ino, i * bs as u64, &vec![0u8; bs]).expect("fill");
     }
     // Another file whose writes reuse freed blocks, so a stale location would show its bytes.
-    let other = a
-        .open(
-            &root,
-            ROOT_INO,
-            b"/other",
-            libc::O_CREAT | libc::O_RDWR,
-            0o644,
-        )
-        .expect("create")
-        .ino;
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
+    let other = create(&a, b"/other");
+    let map = b.file_cache(ino);
+    let mut buf = vec![0u8; bs];
+    race(
+        || {
             for round in 1..=3000u64 {
                 let i = round % blocks;
                 // Every byte of a block carries the block number and round: a torn or reused
@@ -673,29 +684,22 @@ fn cached_readers_never_see_a_torn_or_reused_block_under_concurrent_overwrites()
                     .expect("overwrite");
                 a.write(other, 0, &vec![0xff; bs]).expect("other");
             }
-            stop.store(true, std::sync::atomic::Ordering::Release);
-        });
-        s.spawn(|| {
-            let map = b.file_cache(ino);
-            let mut buf = vec![0u8; bs];
-            let mut reads = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Acquire) || reads < 1000 {
-                let i = reads % blocks;
-                let n = b
-                    .read_file(&map, i * bs as u64, &mut buf)
-                    .expect("read")
-                    .expect("not shadowed");
-                assert_eq!(n, bs);
-                let first = buf[0];
-                assert!(buf.iter().all(|&x| x == first), "torn block {i}");
-                assert!(
-                    first == 0 || first >> 4 == i as u8,
-                    "block {i} holds {first:#x}"
-                );
-                reads += 1;
-            }
-        });
-    });
+        },
+        |reads| {
+            let i = reads % blocks;
+            let n = b
+                .read_file(&map, i * bs as u64, &mut buf)
+                .expect("read")
+                .expect("not shadowed");
+            assert_eq!(n, bs);
+            let first = buf[0];
+            assert!(buf.iter().all(|&x| x == first), "torn block {i}");
+            assert!(
+                first == 0 || first >> 4 == i as u8,
+                "block {i} holds {first:#x}"
+            );
+        },
+    );
 }
 
 /// The key of record `kind` at `off` of inode `ino` (the layout `keys.rs` documents).
@@ -826,17 +830,7 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
     // another opener (another process's view) reads the same ranges and must find each filled
     // by a single write.
     let (a, b) = two_openers();
-    let root = Cred::root();
-    let ino = a
-        .open(
-            &root,
-            ROOT_INO,
-            b"/multi",
-            libc::O_CREAT | libc::O_RDWR,
-            0o644,
-        )
-        .expect("create")
-        .ino;
+    let ino = create(&a, b"/multi");
     let bs = 4096u64;
     a.write(ino, 0, &vec![0u8; 20 * bs as usize]).expect("fill");
     // The last range is a small write inside one block, made in place in the block's bytes.
@@ -846,39 +840,33 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
         (14 * bs + 100, 2 * bs),
         (17 * bs + 50, 1000),
     ];
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
+    let map = b.file_cache(ino);
+    race(
+        || {
             for round in 1..=12_000u64 {
                 let (off, len) = ranges[(round % 4) as usize];
                 a.write(ino, off, &vec![(round % 251) as u8 + 1; len as usize])
                     .expect("overwrite");
             }
-            stop.store(true, std::sync::atomic::Ordering::Release);
-        });
-        s.spawn(|| {
-            let map = b.file_cache(ino);
-            let mut reads = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Acquire) || reads < 1000 {
-                let (off, len) = ranges[(reads % 4) as usize];
-                let mut buf = vec![0u8; len as usize];
-                let n = b
-                    .read_file(&map, off, &mut buf)
-                    .expect("read")
-                    .expect("not shadowed");
-                assert_eq!(n as u64, len);
-                let first = buf[0];
-                assert!(
-                    buf.iter().all(|&x| x == first),
-                    "read {reads} of {off}+{len} saw several writes: {:?}",
-                    buf.iter()
-                        .enumerate()
-                        .filter(|(i, &x)| *i == 0 || x != buf[i - 1])
-                        .map(|(i, &x)| (i, x))
-                        .collect::<Vec<_>>()
-                );
-                reads += 1;
-            }
-        });
-    });
+        },
+        |reads| {
+            let (off, len) = ranges[(reads % 4) as usize];
+            let mut buf = vec![0u8; len as usize];
+            let n = b
+                .read_file(&map, off, &mut buf)
+                .expect("read")
+                .expect("not shadowed");
+            assert_eq!(n as u64, len);
+            let first = buf[0];
+            assert!(
+                buf.iter().all(|&x| x == first),
+                "read {reads} of {off}+{len} saw several writes: {:?}",
+                buf.iter()
+                    .enumerate()
+                    .filter(|(i, &x)| *i == 0 || x != buf[i - 1])
+                    .map(|(i, &x)| (i, x))
+                    .collect::<Vec<_>>()
+            );
+        },
+    );
 }
