@@ -790,17 +790,9 @@ impl Fs {
         honor_shadow: bool,
         file: Option<&FileCache>,
     ) -> FsResult<Option<usize>> {
-        let bs = self.block_size;
-        // The data keys this read may copy from: a write changing some of them in place (bytes
-        // of a block, or several blocks of one write) must not be seen in part.
-        let keys = |len: u64| {
-            let first = off >> bs.trailing_zeros();
-            let last = off.saturating_add(len.max(1) - 1) >> bs.trailing_zeros();
-            (first..=last).map(move |b| key(ino, Kind::Data, b))
-        };
         let mut waits = 0u32;
         loop {
-            match self.read_once(ino, off, buf, honor_shadow, file, &keys)? {
+            match self.read_once(ino, off, buf, honor_shadow, file)? {
                 ReadOnce::Done(r) => return r,
                 ReadOnce::Again => {}
                 ReadOnce::WriterBusy => {
@@ -809,7 +801,7 @@ impl Fs {
                         std::hint::spin_loop();
                     } else {
                         self.store
-                            .wait_for_writers(keys(buf.len() as u64))
+                            .wait_for_writers(self.data_keys(ino, off, buf.len() as u64))
                             .map_err(store_err)?;
                         waits = 0;
                     }
@@ -818,15 +810,22 @@ impl Fs {
         }
     }
 
+    /// The keys of the data blocks `len` bytes at `off` of `ino` live in: a read of them must not
+    /// see part of a write that changes some of them in place (see `View::in_place_marks`).
+    fn data_keys(&self, ino: u64, off: u64, len: u64) -> impl Iterator<Item = Key> {
+        let shift = self.block_size.trailing_zeros();
+        let (first, last) = (off >> shift, off.saturating_add(len.max(1) - 1) >> shift);
+        (first..=last).map(move |b| key(ino, Kind::Data, b))
+    }
+
     /// One attempt of `read_impl` in one read section.
-    fn read_once<I: Iterator<Item = Key>>(
+    fn read_once(
         &self,
         ino: u64,
         off: u64,
         buf: &mut [u8],
         honor_shadow: bool,
         file: Option<&FileCache>,
-        keys: &impl Fn(u64) -> I,
     ) -> FsResult<ReadOnce> {
         let bs = self.block_size;
         let finish = |r: FsResult<Option<usize>>| Ok(ReadOnce::Done(r));
@@ -849,7 +848,7 @@ impl Fs {
                     return finish(Ok(Some(0)));
                 }
                 let n = (buf.len() as u64).min(inode.size - off) as usize;
-                let Some(marks) = view.in_place_marks(keys(n as u64)) else {
+                let Some(marks) = view.in_place_marks(self.data_keys(ino, off, n as u64)) else {
                     return Ok(ReadOnce::WriterBusy);
                 };
                 let map = file
