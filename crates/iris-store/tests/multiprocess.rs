@@ -324,16 +324,21 @@ fn small_writes_in_place_are_whole_or_absent_after_kill_9() {
         // A kill must not leak: blocks the last commit references that the victim replaced but
         // had not yet noted for freeing are noted by the repair (once, under a full parallel test
         // run, a leaf and an old root leaked here before it did).
-        let report = s.verify().expect("verify");
-        if report.leaked_blocks > 0 {
-            describe_blocks(&path, &report.leaked_sample);
-        }
-        assert_eq!(report.leaked_blocks, 0, "round {round}: {report:?}");
+        assert_no_leak(&s, &path, round);
     }
     assert!(
         survivor.kill().is_some_and(|a| a > 0),
         "the survivor made no progress"
     );
+}
+
+/// The volume verifies without a leaked block; if not, what the leaked blocks held is printed.
+fn assert_no_leak(s: &Store, path: &std::path::Path, round: u64) {
+    let report = s.verify().expect("verify after kill");
+    if report.leaked_blocks > 0 {
+        describe_blocks(path, &report.leaked_sample);
+    }
+    assert_eq!(report.leaked_blocks, 0, "round {round}: {report:?}");
 }
 
 /// Print what each of `blocks` holds (node magic and header, or the first bytes of data): what a
@@ -398,11 +403,7 @@ fn multi_block_overwrites_are_whole_or_absent_after_kill_9() {
         fast_victims += u64::from(fast > 0);
         let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
         check_groups(&s, prefix, groups, acked, "victim");
-        let report = s.verify().expect("verify after kill");
-        if report.leaked_blocks > 0 {
-            describe_blocks(&path, &report.leaked_sample);
-        }
-        assert_eq!(report.leaked_blocks, 0, "round {round}: {report:?}");
+        assert_no_leak(&s, &path, round);
     }
     // Writers that die exactly halfway through publishing a group's eight blocks. A process that
     // had the volume open all along must find the half-published groups whole or absent too:
