@@ -107,6 +107,19 @@ pub(crate) fn partition_of(key: Key) -> u64 {
     (h >> 32) % PARTITIONS
 }
 
+/// The partitions of `keys`, one bit each.
+#[inline]
+pub(crate) fn partition_mask(keys: impl IntoIterator<Item = Key>) -> u64 {
+    let mut held = 0u64;
+    for k in keys {
+        held |= 1 << partition_of(k);
+        if held == (1 << PARTITIONS) - 1 {
+            break;
+        }
+    }
+    held
+}
+
 /// A change in place in progress (see [`Header::in_place`]).
 pub(crate) struct InPlace<'a> {
     header: &'a Header,

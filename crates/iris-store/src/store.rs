@@ -12,7 +12,7 @@ use iris_media::{LatencyModel, LockMode, MappedMedia, Media, MediaError};
 use crate::allocator::Allocator;
 use crate::commit::{self, VolumeFacts};
 use crate::error::{Result, StoreError};
-use crate::header::{partition_of, Header, PARTITIONS};
+use crate::header::{partition_mask, partition_of, Header, PARTITIONS};
 use crate::key::Key;
 use crate::layout::{Layout, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::node::{Node, Val};
@@ -1399,13 +1399,7 @@ impl Store {
     /// (see [`View::in_place_marks`]), repairing what a dead one left half done: takes their
     /// locks, then releases them. Call it outside any read.
     pub fn wait_for_writers(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
-        let mut held = 0u64;
-        for k in keys {
-            held |= 1 << partition_of(k);
-            if held == (1 << PARTITIONS) - 1 {
-                break;
-            }
-        }
+        let held = partition_mask(keys);
         for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
             drop(self.inner.lock_partition(p)?);
         }
@@ -1743,13 +1737,7 @@ impl View<'_> {
     /// through [`Store::wait_for_writers`]).
     #[inline]
     pub fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
-        let mut held = 0u64;
-        for k in keys {
-            held |= 1 << partition_of(k);
-            if held == (1 << PARTITIONS) - 1 {
-                break;
-            }
-        }
+        let held = partition_mask(keys);
         let mut seqs = [0u64; PARTITIONS as usize];
         for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
             let s = self.inner.header.write_seq(p);

@@ -6,7 +6,7 @@
 //! the old values back; see `undo`).
 
 use super::{
-    partition_of, volume_lock, Acquired, BlockPut, Guard, Inner, Patch, PatchPlan, Result, Store,
+    partition_mask, volume_lock, Acquired, BlockPut, Guard, Inner, Patch, PatchPlan, Result, Store,
     ThenPatch, Txn, Val, PARTITIONS,
 };
 use crate::key::Key;
@@ -33,10 +33,7 @@ impl Store {
         if keys.is_empty() || keys.len() > OVERWRITE_MAX_BLOCKS {
             return Ok(None);
         }
-        let mut held = 0u64;
-        for k in keys.iter().chain(then.as_ref().map(|t| &t.key)) {
-            held |= 1 << partition_of(*k);
-        }
+        let held = partition_mask(keys.iter().chain(then.as_ref().map(|t| &t.key)).copied());
         let Some(_guards) = lock_partitions(inner, held)? else {
             return Ok(None);
         };
