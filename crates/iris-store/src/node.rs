@@ -481,6 +481,20 @@ impl Node {
         })
     }
 
+    /// Leaf, unpublished only: remove slot `pos`, shifting later slots down. An inline value's
+    /// heap bytes stay behind unused until the leaf is next rebuilt.
+    pub fn remove_slot(&self, pos: u16) -> Node {
+        debug_assert!(self.is_leaf() && pos < self.count);
+        let at = self.slot_off(pos);
+        let tail = u64::from(self.count - pos - 1) * LEAF_SLOT;
+        self.region.copy_within(at + LEAF_SLOT, at, tail);
+        let count = self.count - 1;
+        self.region.write_u16(self.off + H_COUNT, count);
+        // Slots shifted: every one may now be dirty.
+        self.region.write_u64(self.off + H_DIRTY, u64::MAX);
+        Node { count, ..*self }
+    }
+
     /// crc32c of what the node holds, its checksum field read as zero: the header and slots,
     /// then the heap; not the free gap between them, which nothing reads (the whole block for
     /// nodes of format 5 and before).

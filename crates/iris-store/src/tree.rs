@@ -281,6 +281,8 @@ pub(crate) struct Txn<'a> {
     part: u64,
     /// Holding one partition's lock only: nothing but in-place changes of existing values.
     in_place: bool,
+    /// Frees space: may allocate from the blocks held back for that (see `Allocator::alloc`).
+    reserve: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -296,7 +298,14 @@ impl<'a> Txn<'a> {
             touched: StampMask::default(),
             part: 0,
             in_place: false,
+            reserve: false,
         }
+    }
+
+    /// Let this transaction allocate from the reserve: it frees space (a deletion), which a full
+    /// volume must still allow.
+    pub fn use_reserve(&mut self) {
+        self.reserve = true;
     }
 
     /// Begin a single operation holding only partition `part`'s lock: the caller changes
@@ -372,7 +381,10 @@ impl<'a> Txn<'a> {
             !self.in_place,
             "allocation while holding one partition's lock"
         );
-        let b = self.cx.alloc.alloc(self.part, self.cx.media)?;
+        let b = self
+            .cx
+            .alloc
+            .alloc(self.part, self.cx.media, self.reserve)?;
         self.fresh.push(b);
         Ok(b)
     }
@@ -608,19 +620,25 @@ impl<'a> Txn<'a> {
         };
         let old = extend(leaf.value(i)?);
         self.touched.touch(key);
-        let children = if leaf.count == 1 {
-            ([(Key::MIN, 0); 2], 0)
-        } else {
-            let skip = |j: u16| if j < i { j } else { j + 1 };
-            self.build_leaves(
-                leaf.count - 1,
-                |j| leaf.raw_heap_bytes(skip(j)),
-                |j| Ok((leaf.key(skip(j)), leaf.value(skip(j))?)),
-            )?
-        };
+        if leaf.count > 1 {
+            // Remove the slot from the leaf itself if this transaction made it, else from a
+            // copy: one block per leaf a batch of deletes touches, not one per delete.
+            if self.is_fresh(leaf.block) {
+                leaf.remove_slot(i);
+                self.release_value(old);
+                return Ok(true);
+            }
+            let c = self.cow(&leaf)?;
+            c.remove_slot(i);
+            self.release_value(old);
+            self.release(leaf.block, leaf.birth);
+            self.propagate(&path, depth, ([(key, c.block), (Key::MIN, 0)], 1))?;
+            return Ok(true);
+        }
+        // The leaf's last key: the leaf goes.
         self.release_value(old);
         self.release(leaf.block, leaf.birth);
-        self.propagate(&path, depth, children)?;
+        self.propagate(&path, depth, ([(Key::MIN, 0); 2], 0))?;
         Ok(true)
     }
 
