@@ -866,3 +866,77 @@ fn mkfs_makes_a_bepsilon_tree_on_request_and_it_holds_a_tree_of_files() {
     s.on_ok(&["get", "-r"], &["/src", path_str(&out)]);
     assert_eq!(describe_tree(&src), describe_tree(&out));
 }
+
+/// A tmpfs of `mib` MiB mounted on a fresh directory, unmounted and removed on drop.
+struct SmallRamDrive(PathBuf);
+
+impl SmallRamDrive {
+    fn mount(name: &str, mib: u64) -> SmallRamDrive {
+        let dir = PathBuf::from(format!("/tmp/iris-ram-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .expect("mount")
+            .success();
+        assert!(ok, "mount a {mib} MiB tmpfs on {}", dir.display());
+        SmallRamDrive(dir)
+    }
+}
+
+impl Drop for SmallRamDrive {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_full_ram_drive_gives_enospc_and_the_volume_can_still_delete() {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount a small tmpfs");
+        return;
+    }
+    // The volume may grow to 256 MiB, but the RAM drive under it holds 96: growth runs into
+    // the drive's end, which must be an error, not a SIGBUS on first touch of the new space.
+    let drive = SmallRamDrive::mount("full", 96);
+    let vol = drive.0.join("v.vol");
+    let vol_s = path_str(&vol);
+    iris_ok(["mkfs", "--size", "256M", vol_s]);
+    let big = drive
+        .0
+        .join("..")
+        .join(format!("iris-ram-big-{}", std::process::id()));
+    std::fs::write(&big, vec![7u8; 128 << 20]).expect("host file");
+    let run = iris(["put", vol_s, path_str(&big), "/big"]);
+    let _ = std::fs::remove_file(&big);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("No space left on device"), "{run:?}");
+    iris_ok(["fsck", vol_s]);
+    // A program under the interposer sees ENOSPC from write(), and lives on.
+    let script = "import errno, os\n\
+        fd = os.open('/iris/more', os.O_WRONLY | os.O_CREAT)\n\
+        try:\n    \
+            while True: os.write(fd, b'x' * 65536)\n\
+        except OSError as e:\n    \
+            print(errno.errorcode[e.errno])\n";
+    let out = Command::new(IRIS)
+        .args(["run", "--volume", vol_s, "--", "python3", "-c", script])
+        .output()
+        .expect("run python3");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ENOSPC\n");
+    // Deleting on the full volume works and gives the space back.
+    iris_ok(["rm", vol_s, "/big", "/more"]);
+    let small = drive
+        .0
+        .join("..")
+        .join(format!("iris-ram-small-{}", std::process::id()));
+    std::fs::write(&small, vec![9u8; 8 << 20]).expect("host file");
+    let run = iris(["put", vol_s, path_str(&small), "/small"]);
+    let _ = std::fs::remove_file(&small);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(iris_ok(["cat", vol_s, "/small"]).len(), 8 << 20);
+    iris_ok(["fsck", vol_s]);
+}

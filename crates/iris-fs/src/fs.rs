@@ -41,6 +41,9 @@ pub struct StatFs {
     pub blocks: u64,
     /// Free blocks.
     pub blocks_free: u64,
+    /// Free blocks ordinary writes may take: the free ones less those held back so that a full
+    /// volume can still delete (f_bavail).
+    pub blocks_avail: u64,
     /// Files (inodes) in use.
     pub files: u64,
     /// Volume id (f_fsid).
@@ -194,18 +197,48 @@ fn dir_is_empty_tx(tx: &Tx<'_, '_>, dir: u64) -> TxResult<bool> {
     Ok(empty)
 }
 
-/// Delete every record of inode `ino` (its last link and last open handle are gone).
-fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64) -> TxResult<()> {
-    tx.delete(key(0, Kind::Orphan, ino))?;
+/// Records of an inode one purge transaction deletes at most: a purge copies the leaves it
+/// changes before the next commit frees anything, so on a full volume it must fit in the space
+/// held back for deletions (see `Tx::use_reserve`).
+const PURGE_CHUNK: usize = 1024;
+
+/// Delete the records of inode `ino` (its last link and last open handle are gone), using the
+/// space held back for deletions. Up to [`PURGE_CHUNK`] at a time: `true` when it deleted the
+/// last of them (the inode record and orphan mark go last); `false` when records remain, the
+/// inode then stays an orphan (with no link) that [`Fs::finish_purge`] or, after a crash, the
+/// next open finishes. `inode` is its record as the transaction leaves it otherwise.
+fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64, inode: &Inode) -> TxResult<bool> {
+    tx.use_reserve();
+    let record = key(ino, Kind::Inode, 0);
     let mut keys = Vec::new();
     tx.scan(Key::new(ino, 0), Key::new(ino + 1, 0), |k, _| {
-        keys.push(k);
-        true
+        if k != record {
+            keys.push(k);
+        }
+        keys.len() <= PURGE_CHUNK
     })?;
-    for k in keys {
-        tx.delete(k)?;
+    let last = keys.len() <= PURGE_CHUNK;
+    for k in keys.iter().take(PURGE_CHUNK) {
+        tx.delete(*k)?;
     }
-    Ok(())
+    if last {
+        tx.delete(record)?;
+        tx.delete(key(0, Kind::Orphan, ino))?;
+    } else {
+        let mut orphan = *inode;
+        orphan.nlink = 0;
+        put_inode_tx(tx, &orphan)?;
+        tx.put(key(0, Kind::Orphan, ino), &[])?;
+    }
+    Ok(last)
+}
+
+/// [`purge_tx`] of an inode without links, in a transaction: `Some(ino)` while records remain.
+fn purge_unlinked_tx(tx: &mut Tx<'_, '_>, ino: u64) -> TxResult<Option<u64>> {
+    match get_inode_tx(tx, ino) {
+        Ok(i) if i.nlink == 0 => Ok((!purge_tx(tx, ino, &i)?).then_some(ino)),
+        _ => Ok(None),
+    }
 }
 
 fn alloc_ino_tx(tx: &mut Tx<'_, '_>) -> TxResult<u64> {
@@ -322,12 +355,17 @@ impl Fs {
                 )
                 .map_err(store_err)?;
             for ino in orphans {
-                store
-                    .transact(|tx| match get_inode_tx(tx, ino) {
-                        Ok(i) if i.nlink == 0 => purge_tx(tx, ino),
-                        _ => tx.delete(key(0, Kind::Orphan, ino)).map(|_| ()),
-                    })
-                    .map_err(unwrap_abort)?;
+                loop {
+                    let rest = store
+                        .transact(|tx| match get_inode_tx(tx, ino) {
+                            Ok(i) if i.nlink == 0 => Ok(!purge_tx(tx, ino, &i)?),
+                            _ => tx.delete(key(0, Kind::Orphan, ino)).map(|_| false),
+                        })
+                        .map_err(unwrap_abort)?;
+                    if !rest {
+                        break;
+                    }
+                }
             }
         }
         Ok(Fs {
@@ -699,12 +737,18 @@ impl Fs {
             }
         };
         if last {
-            self.tx(|tx| match get_inode_tx(tx, ino) {
-                Ok(i) if i.nlink == 0 => purge_tx(tx, ino),
-                _ => Ok(()),
-            })?;
+            if let Some(ino) = self.tx(|tx| purge_unlinked_tx(tx, ino))? {
+                self.finish_purge(ino);
+            }
         }
         Ok(())
+    }
+
+    /// Delete what is left of inode `ino`, which has no link and no open handle left, one
+    /// [`purge_tx`] at a time. Its name is gone already, so a failure (no space even in the
+    /// reserve, a failed volume) is not the caller's: the orphan stays for the next try.
+    fn finish_purge(&self, ino: u64) {
+        while let Ok(Some(_)) = self.tx(|tx| purge_unlinked_tx(tx, ino)) {}
     }
 
     fn is_open(&self, ino: u64) -> bool {
@@ -1262,6 +1306,7 @@ impl Fs {
                 return Err(abort(Errno::EISDIR));
             }
             if len < i.size {
+                tx.use_reserve();
                 // Whole blocks past the new end go; the block holding the end is cut short.
                 let keep_blocks = len.div_ceil(bs);
                 let mut doomed = Vec::new();
@@ -1312,6 +1357,9 @@ impl Fs {
         }
         let now = now_ns();
         self.tx(|tx| {
+            if keep_size {
+                tx.use_reserve();
+            }
             let mut i = get_inode_tx(tx, ino)?;
             if i.is_dir() {
                 return Err(abort(Errno::EISDIR));
@@ -1542,7 +1590,8 @@ impl Fs {
         let d = self.getattr(dir)?;
         cred.check(&d, W_OK | X_OK)?;
         let now = now_ns();
-        self.tx(|tx| {
+        let rest = self.tx(|tx| {
+            tx.use_reserve();
             let (ino, _) = lookup_tx(tx, dir, &name)?.ok_or_else(|| abort(Errno::ENOENT))?;
             let mut i = get_inode_tx(tx, ino)?;
             if i.is_dir() {
@@ -1560,17 +1609,20 @@ impl Fs {
             i.nlink = i.nlink.saturating_sub(1);
             i.ctime_ns = now;
             if i.nlink == 0 && !self.is_open(ino) {
-                purge_tx(tx, ino)?;
                 count_files_tx(tx, -1)?;
-            } else {
-                if i.nlink == 0 {
-                    count_files_tx(tx, -1)?;
-                    tx.put(key(0, Kind::Orphan, ino), &[])?;
-                }
-                put_inode_tx(tx, &i)?;
+                return Ok((!purge_tx(tx, ino, &i)?).then_some(ino));
             }
-            Ok(())
-        })
+            if i.nlink == 0 {
+                count_files_tx(tx, -1)?;
+                tx.put(key(0, Kind::Orphan, ino), &[])?;
+            }
+            put_inode_tx(tx, &i)?;
+            Ok(None)
+        })?;
+        if let Some(ino) = rest {
+            self.finish_purge(ino);
+        }
+        Ok(())
     }
 
     /// Remove an empty directory.
@@ -1605,7 +1657,10 @@ impl Fs {
                 return Err(abort(Errno::ENOTEMPTY));
             }
             remove_entry_tx(tx, dir, &name)?;
-            purge_tx(tx, ino)?;
+            // An empty directory is a few records: one purge takes them all.
+            if !purge_tx(tx, ino, &i)? {
+                return Err(abort(Errno::EIO));
+            }
             count_files_tx(tx, -1)?;
             d.nlink = d.nlink.saturating_sub(1);
             d.mtime_ns = now;
@@ -1641,7 +1696,11 @@ impl Fs {
         cred.check(&sd, W_OK | X_OK)?;
         cred.check(&dd, W_OK | X_OK)?;
         let now = now_ns();
+        // A replaced file too big to delete in the rename's transaction (see `purge_tx`).
+        let mut rest = None;
         self.tx(|tx| {
+            tx.use_reserve();
+            rest = None;
             let (sino, stype) = lookup_tx(tx, sdir, &sname)?.ok_or_else(|| abort(Errno::ENOENT))?;
             let mut si = get_inode_tx(tx, sino)?;
             let target = lookup_tx(tx, ddir, &dname)?;
@@ -1730,7 +1789,9 @@ impl Fs {
                             if !dir_is_empty_tx(tx, dino)? {
                                 return Err(abort(Errno::ENOTEMPTY));
                             }
-                            purge_tx(tx, dino)?;
+                            if !purge_tx(tx, dino, &di)? {
+                                return Err(abort(Errno::EIO));
+                            }
                             count_files_tx(tx, -1)?;
                             let mut dd = get_inode_tx(tx, ddir)?;
                             dd.nlink -= 1;
@@ -1740,7 +1801,9 @@ impl Fs {
                             di.nlink = di.nlink.saturating_sub(1);
                             di.ctime_ns = now;
                             if di.nlink == 0 && !self.is_open(dino) {
-                                purge_tx(tx, dino)?;
+                                if !purge_tx(tx, dino, &di)? {
+                                    rest = Some(dino);
+                                }
                                 count_files_tx(tx, -1)?;
                             } else {
                                 if di.nlink == 0 {
@@ -1773,7 +1836,11 @@ impl Fs {
                 put_inode_tx(tx, &di)?;
             }
             Ok(())
-        })
+        })?;
+        if let Some(ino) = rest {
+            self.finish_purge(ino);
+        }
+        Ok(())
     }
 
     /// Make a hard link `to` naming the inode at `from`.
@@ -2127,6 +2194,7 @@ impl Fs {
             block_size: u64::from(st.block_size),
             blocks: st.max_blocks,
             blocks_free: st.free_blocks,
+            blocks_avail: st.free_blocks.saturating_sub(st.reserve_blocks),
             files,
             fsid: self.store.volume_id(),
         })

@@ -870,3 +870,60 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
         },
     );
 }
+
+/// Append 64 KiB writes, then 4 KiB ones, to a new file `name` until the volume is full; the
+/// bytes written.
+fn fill_file(fs: &Fs, name: &[u8], round: u8) -> u64 {
+    let ino = create(fs, name);
+    let mut off = 0u64;
+    for len in [64 << 10, 4 << 10] {
+        let chunk = vec![round; len];
+        loop {
+            match fs.write(ino, off, &chunk) {
+                Ok(n) => off += n as u64,
+                Err(Errno::ENOSPC) => break,
+                Err(e) => panic!("write at {off}: {e}"),
+            }
+            assert!(off < 64 << 20, "a 16 MiB volume cannot hold 64 MiB");
+        }
+    }
+    off
+}
+
+#[test]
+fn a_full_volume_can_delete_its_files_and_fill_again() {
+    let sim = Arc::new(SimMedia::new(16 << 20));
+    let opts = CreateOptions {
+        size_limit_bytes: 16 << 20,
+        initial_bytes: 16 << 20,
+        ..CreateOptions::default()
+    };
+    let store = Store::create_on(Box::new(sim), &opts, &same_boot()).expect("store");
+    let fs = Fs::on_store(store).expect("fs");
+    let cred = Cred::root();
+    let mut sizes = Vec::new();
+    for round in 0..3u8 {
+        let filled = fill_file(&fs, b"big", round);
+        // More blocks than one purge transaction deletes: the unlink finishes in several.
+        assert!(filled / fs.block_size() > 2048, "round {round}: {filled}");
+        let st = fs.statfs().expect("statfs");
+        assert!(st.blocks_avail < 64, "round {round}: {st:?}");
+        assert!(
+            st.blocks_free > st.blocks_avail,
+            "a reserve is held: {st:?}"
+        );
+        // Only a deletion may use the reserve: a new file's data is refused...
+        let other = create(&fs, b"other");
+        assert_eq!(fs.write(other, 0, &[1u8; 4096]), Err(Errno::ENOSPC));
+        fs.unlink(&cred, ROOT_INO, b"other").expect("unlink other");
+        // ...while deleting the file that filled the volume succeeds, and gives it all back.
+        fs.unlink(&cred, ROOT_INO, b"big")
+            .expect("unlink on a full volume");
+        fs.store().commit().expect("commit");
+        assert_eq!(fs.check().expect("check").problems, Vec::<String>::new());
+        assert_eq!(fs.store().verify().expect("verify").leaked_blocks, 0);
+        sizes.push(filled);
+    }
+    // Nothing leaked between rounds: each filled the same space.
+    assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{sizes:?}");
+}

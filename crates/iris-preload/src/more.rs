@@ -429,7 +429,7 @@ fn fill_statfs(fs: &Fs, out: &mut libc::statfs) -> Result<(), Errno> {
     out.f_frsize = st.block_size as _;
     out.f_blocks = st.blocks;
     out.f_bfree = st.blocks_free;
-    out.f_bavail = st.blocks_free;
+    out.f_bavail = st.blocks_avail;
     out.f_files = st.files + st.blocks_free;
     out.f_ffree = st.blocks_free;
     out.f_namelen = iris_fs::NAME_MAX as _;
@@ -444,7 +444,7 @@ fn fill_statvfs(fs: &Fs, out: &mut libc::statvfs) -> Result<(), Errno> {
     out.f_frsize = st.block_size as _;
     out.f_blocks = st.blocks;
     out.f_bfree = st.blocks_free;
-    out.f_bavail = st.blocks_free;
+    out.f_bavail = st.blocks_avail;
     out.f_files = st.files + st.blocks_free;
     out.f_ffree = st.blocks_free;
     out.f_favail = st.blocks_free;

@@ -20,6 +20,16 @@ use crate::region::Region;
 
 /// Bytes the volume grows by at least, when it runs out of blocks.
 const GROW_STEP_BYTES: u64 = 16 << 20;
+/// The reserve (see [`Allocator::reserve_blocks`]): this fraction of the volume's data blocks,
+/// within these bounds.
+const RESERVE_FRACTION: u64 = 64;
+const RESERVE_MIN_BLOCKS: u64 = 16;
+const RESERVE_MAX_BLOCKS: u64 = 1024;
+/// Bytes the volume grows by at most at once: growth allocates (and on a RAM drive maps) the
+/// new space while every writer waits.
+const GROW_MAX_BYTES: u64 = 256 << 20;
+/// The smallest step tried when the medium is nearly full, before reporting no space.
+const GROW_MIN_BYTES: u64 = 64 << 10;
 
 /// Allocation over the bitmaps of one volume. Every bitmap word changes by one atomic
 /// read-modify-write, so writers holding the locks of different partitions allocate and free at
@@ -142,40 +152,69 @@ impl Allocator {
     }
 
     /// Allocate one block for partition `p`, draining limbos and growing the volume if it is
-    /// full (caller holds every lock). Fails with `NoSpace` at the limit.
-    pub fn alloc(&self, p: u64, media: &dyn Media) -> Result<u64> {
-        if let Some(b) = self.scan(p) {
+    /// full (caller holds every lock). Fails with `NoSpace` at the limit. Only with `reserve`
+    /// (a transaction that frees space) may it take one of the blocks held back at the end of
+    /// the backed volume (see [`Allocator::reserve_blocks`]).
+    pub fn alloc(&self, p: u64, media: &dyn Media, reserve: bool) -> Result<u64> {
+        if let Some(b) = self.scan(p, self.end(false)) {
             return Ok(b);
         }
         if self.readers.parked() > 0 {
             self.drain_all();
-            if let Some(b) = self.scan(p) {
+            if let Some(b) = self.scan(p, self.end(false)) {
                 return Ok(b);
             }
         }
-        self.grow(media)?;
-        self.scan(p).ok_or(StoreError::NoSpace)
+        match self.grow(media) {
+            Ok(()) => self.scan(p, self.end(false)).ok_or(StoreError::NoSpace),
+            Err(StoreError::NoSpace) if reserve => {
+                self.scan(p, self.end(true)).ok_or(StoreError::NoSpace)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Allocate one block holding only partition `p`'s lock: no growth, only `p`'s limbo
-    /// drained. `None` when the caller must retry holding every lock.
+    /// drained, never from the reserve. `None` when the caller must retry holding every lock.
     pub fn alloc_in(&self, p: u64) -> Option<u64> {
-        if let Some(b) = self.scan(p) {
+        let end = self.end(false);
+        if let Some(b) = self.scan(p, end) {
             return Some(b);
         }
         if self.readers.parked_in(p) > 0 {
             self.drain(p);
-            return self.scan(p);
+            return self.scan(p, end);
         }
         None
+    }
+
+    /// Blocks held back for transactions that free space: deleting a file must first copy the
+    /// leaves it changes (copy on write), and only the commit after it gives its blocks back,
+    /// so a volume that filled up must still have room for that or it could never be emptied.
+    /// They are the last blocks of the backed volume; ordinary allocations grow the volume
+    /// rather than take them, and fail with `NoSpace` once it cannot grow.
+    pub fn reserve_blocks(&self) -> u64 {
+        ((self.layout.max_blocks - self.layout.data_start) / RESERVE_FRACTION)
+            .clamp(RESERVE_MIN_BLOCKS, RESERVE_MAX_BLOCKS)
+    }
+
+    /// The end of the blocks an allocation may take: the backed volume, less the reserve
+    /// unless `reserve`.
+    #[inline]
+    fn end(&self, reserve: bool) -> u64 {
+        let backed = self.header.backed_blocks().min(self.layout.max_blocks);
+        if reserve {
+            backed
+        } else {
+            backed.saturating_sub(self.reserve_blocks())
+        }
     }
 
     /// Next-fit search for partition `p`: a bounded walk of its own share from its cursor, then
     /// the whole bitmap from the shared cursor. A partition whose walk found nothing parks its
     /// cursor at `u64::MAX` (its share is full) until a free in its share lowers it again, so a
     /// full share costs one bounded walk, not one per allocation.
-    fn scan(&self, p: u64) -> Option<u64> {
-        let backed = self.header.backed_blocks().min(self.layout.max_blocks);
+    fn scan(&self, p: u64, backed: u64) -> Option<u64> {
         let first_word = self.layout.data_start / 64;
         let end_word = backed.div_ceil(64);
         if end_word <= first_word {
@@ -259,11 +298,25 @@ impl Allocator {
         if backed >= self.layout.max_blocks {
             return Err(StoreError::NoSpace);
         }
-        let step = (backed / 2).max(GROW_STEP_BYTES / self.layout.bs());
-        let new_backed = (backed + step).min(self.layout.max_blocks);
-        media.grow(self.layout.offset(new_backed))?;
-        self.header.set_backed_blocks(new_backed);
-        Ok(())
+        let bs = self.layout.bs();
+        let mut step = (backed / 2).clamp(GROW_STEP_BYTES / bs, GROW_MAX_BYTES / bs);
+        loop {
+            let new_backed = (backed + step).min(self.layout.max_blocks);
+            match media.grow(self.layout.offset(new_backed)) {
+                Ok(()) => {
+                    self.header.set_backed_blocks(new_backed);
+                    return Ok(());
+                }
+                // The medium is short of room for the whole step: take what it has.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    if step * bs <= GROW_MIN_BYTES {
+                        return Err(StoreError::NoSpace);
+                    }
+                    step /= 2;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Return `b` to the free space now (nothing committed or published still reaches it).

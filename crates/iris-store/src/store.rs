@@ -214,6 +214,9 @@ pub struct Stats {
     pub used_blocks: u64,
     /// Blocks that can still be allocated (including by growing).
     pub free_blocks: u64,
+    /// Of the free blocks, those held back for transactions that free space (see
+    /// [`Tx::use_reserve`]): ordinary writes fail with `NoSpace` before they take them.
+    pub reserve_blocks: u64,
     /// Blocks freed by the working tree, reusable after the next commit.
     pub pending_free_blocks: u64,
     /// Blocks kept only by snapshots.
@@ -469,22 +472,23 @@ impl Store {
             }
         }
         let existed = path.exists();
-        let media = MappedMedia::open(
+        let made = MappedMedia::open(
             path,
             true,
             LockMode::Exclusive,
             opts.size_limit_bytes,
             opts.initial_bytes.min(opts.size_limit_bytes),
-        )?;
-        let made =
-            Store::create_on(Box::new(media), opts, &OpenOptions::default()).and_then(|store| {
-                store
-                    .inner
-                    .media
-                    .share()
-                    .map(|()| store)
-                    .map_err(Into::into)
-            });
+        )
+        .map_err(StoreError::from)
+        .and_then(|media| Store::create_on(Box::new(media), opts, &OpenOptions::default()))
+        .and_then(|store| {
+            store
+                .inner
+                .media
+                .share()
+                .map(|()| store)
+                .map_err(Into::into)
+        });
         if made.is_err() {
             // A refused creation leaves no half-made volume: remove the file it made, or give
             // back the empty file it was.
@@ -997,11 +1001,11 @@ impl Store {
                     drop(g);
                     inner.lock()?
                 };
-                let b = match inner.alloc.alloc(p, inner.media.as_ref()) {
+                let b = match inner.alloc.alloc(p, inner.media.as_ref(), false) {
                     Ok(b) => b,
                     Err(StoreError::NoSpace) if inner.header.pending_blocks() > 0 => {
                         inner.commit_locked()?;
-                        inner.alloc.alloc(p, inner.media.as_ref())?
+                        inner.alloc.alloc(p, inner.media.as_ref(), false)?
                     }
                     Err(e) => return Err(e),
                 };
@@ -1572,6 +1576,7 @@ impl Store {
             backed_blocks: h.backed_blocks(),
             used_blocks: used,
             free_blocks: inner.layout.max_blocks.saturating_sub(used),
+            reserve_blocks: inner.alloc.reserve_blocks(),
             pending_free_blocks: h.pending_blocks() + inner.alloc.readers().parked(),
             snapshot_held_blocks: h.snapshot_held(),
             committed_generation: h.committed_gen(),
@@ -1805,6 +1810,12 @@ pub struct Tx<'s, 'c> {
 }
 
 impl Tx<'_, '_> {
+    /// Mark this transaction as one that frees space (deleting files or ranges): it may use the
+    /// blocks a volume holds back so that it can be emptied once full.
+    pub fn use_reserve(&mut self) {
+        self.txn.use_reserve();
+    }
+
     /// Call `f` with the value of `key` as this transaction sees it.
     pub fn get_with<R>(&self, key: Key, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         let cx = self.txn.cx();

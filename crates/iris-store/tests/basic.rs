@@ -209,6 +209,54 @@ fn out_of_space_is_reported_and_volume_stays_consistent() {
     s.put(k(0), &value(0, 1, 4096)).expect("put after freeing");
 }
 
+/// Fill `s` with block-sized values under keys 0.. until the volume refuses, committing as it
+/// goes; the number of keys written.
+fn fill_until_full(s: &Store, round: u64) -> u64 {
+    let mut written = 0u64;
+    loop {
+        match s.put(k(written), &value(written, round, 4096)) {
+            Ok(()) => written += 1,
+            Err(StoreError::NoSpace) => return written,
+            Err(e) => panic!("put {written}: {e}"),
+        }
+        if written.is_multiple_of(16) {
+            s.commit().expect("commit");
+        }
+        assert!(written < 1000, "a 1 MiB volume cannot hold 1000 blocks");
+    }
+}
+
+#[test]
+fn a_full_volume_keeps_room_to_delete_everything() {
+    let (_sim, s) = sim_store(1 << 20, 4096);
+    let written = fill_until_full(&s, 0);
+    assert!(written > 100, "{written}");
+    s.commit().expect("commit");
+    // The writes stopped short of the reserve...
+    let st = s.stats().expect("stats");
+    assert!(st.reserve_blocks >= 16, "{st:?}");
+    assert!(st.free_blocks >= st.reserve_blocks, "{st:?}");
+    // ...which a transaction that frees space may use: it deletes every key at once.
+    s.transact(|tx| {
+        tx.use_reserve();
+        for i in 0..written {
+            assert!(tx.delete(k(i))?, "key {i}");
+        }
+        Ok(())
+    })
+    .expect("delete everything on a full volume");
+    s.commit().expect("commit");
+    assert_eq!(dump(&s).len(), 0);
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+    // All the space came back: the volume holds as much again, and is still not stuck.
+    assert_eq!(fill_until_full(&s, 1), written);
+    s.transact(|tx| {
+        tx.use_reserve();
+        (0..written).try_for_each(|i| tx.delete(k(i)).map(|_| ()))
+    })
+    .expect("delete everything again");
+}
+
 #[test]
 fn overwrites_between_commits_reuse_space() {
     let (_sim, s) = sim_store(2 << 20, 4096);
