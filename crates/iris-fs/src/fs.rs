@@ -1080,6 +1080,8 @@ impl Fs {
         }
         let first = off / bs;
         let last = (end - 1) / bs;
+        // The leaf of the block is needed under the lock: let its misses overlap what comes first.
+        self.store.prefetch_location(key(ino, Kind::Data, first));
         let now = now_ns();
         if first == last {
             // One block: data, then size and times (see the module doc for why this order).

@@ -20,6 +20,12 @@ const LEAF_MAGIC_WHOLE: u32 = u32::from_le_bytes(*b"IRLF");
 const INNER_MAGIC_WHOLE: u32 = u32::from_le_bytes(*b"IRIN");
 pub(crate) const NODE_HEADER: u64 = 32;
 pub(crate) const LEAF_SLOT: u64 = 40;
+
+/// Offset of slot `i` inside a leaf block.
+#[inline]
+pub(crate) const fn leaf_slot_offset(i: u16) -> u64 {
+    NODE_HEADER + i as u64 * LEAF_SLOT
+}
 pub(crate) const INNER_SLOT: u64 = 24;
 /// Deepest tree accepted (bounds every descent and recursion).
 pub(crate) const MAX_HEIGHT: usize = 16;
@@ -193,6 +199,15 @@ impl Node {
     pub fn key(&self, i: u16) -> Key {
         let at = self.slot_off(i);
         Key::new(self.region.read_u64(at), self.region.read_u64(at + 8))
+    }
+
+    /// Leaf: [`Node::search`], trying slot `guess` first (one line when it is right).
+    #[inline]
+    pub fn search_from(&self, key: Key, guess: u16) -> std::result::Result<u16, u16> {
+        if guess < self.count && self.key(guess) == key {
+            return Ok(guess);
+        }
+        self.search(key)
     }
 
     /// Leaf: index of `key`, or where it would go.
@@ -706,6 +721,9 @@ mod tests {
                     .map(|i| i as u16)
                     .map_err(|i| i as u16);
                 assert_eq!(leaf.search(probe), want, "leaf {keys:?} {probe:?}");
+                // A guess, right, wrong or past the end, changes no answer.
+                let guess = (next() % (keys.len() as u64 + 2)) as u16;
+                assert_eq!(leaf.search_from(probe, guess), want, "guess {guess} {probe:?}");
                 let route = keys[1..].partition_point(|k| *k <= probe) as u16;
                 assert_eq!(inner.route(probe), route, "inner {keys:?} {probe:?}");
             }

@@ -387,9 +387,9 @@ impl Inner {
             }
         }
         if self.facts.buffer_bytes == 0 {
-            if let Some(leaf) = hint::lookup_run(volume, key, seq) {
+            if let Some((leaf, guess)) = hint::lookup_run(volume, key, seq) {
                 if let Ok(node) = txn.cx().load(leaf, Some(0)) {
-                    if let Ok(slot) = node.search(key) {
+                    if let Ok(slot) = node.search_from(key, guess) {
                         hint::remember(volume, key, seq, leaf, slot);
                         return Ok(crate::tree::Spot::from_leaf(node, slot));
                     }
@@ -401,6 +401,28 @@ impl Inner {
             hint::remember(volume, key, seq, leaf, slot);
         }
         Ok(spot)
+    }
+
+    /// Start loading the lines of the leaf (header and slot) where this thread's hints say
+    /// `key` lives, so that the misses overlap work done before `locate_in_place` (a hint:
+    /// nothing is read, and a stale hint costs only a wasted prefetch).
+    #[inline]
+    fn prefetch_spot(&self, key: Key) {
+        let seq = self.header.shape_seq();
+        let volume = self.facts.volume_id;
+        let spot = hint::lookup(volume, key, seq).or_else(|| {
+            (self.facts.buffer_bytes == 0)
+                .then(|| hint::lookup_run(volume, key, seq))
+                .flatten()
+        });
+        if let Some((leaf, slot)) = spot {
+            if leaf < self.layout.max_blocks {
+                let at = self.layout.offset(leaf);
+                self.region.prefetch(at);
+                let slot_at = crate::node::leaf_slot_offset(slot).min(self.layout.bs() - 64);
+                self.region.prefetch(at + slot_at);
+            }
+        }
     }
 
     /// Take partition `p`'s lock only: enough for in-place changes of existing values of keys
@@ -908,6 +930,7 @@ impl Store {
             // Every in-flight slot is busy: fill under the lock instead.
             return self.put_block_under_lock(key, len, fill, then);
         };
+        inner.prefetch_spot(key);
         // The block is allocated but referenced by nothing: only this thread touches it. A
         // process killed here leaks it until the next garbage collection.
         fill(
@@ -1184,6 +1207,13 @@ impl Store {
         // overlap the bytes changing see the write sequence move instead).
         let at = BlockRef { block, len };
         Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
+    }
+
+    /// Start loading the cache lines where this thread last found `key` or a neighbour of it,
+    /// ahead of a write of it (a hint: no effect on what is read or written).
+    #[inline]
+    pub fn prefetch_location(&self, key: Key) {
+        self.inner.prefetch_spot(key);
     }
 
     /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,

@@ -31,7 +31,7 @@ struct Entry {
 /// Neighbouring keys (same high word, same `lo >> RUN_BITS`) sharing one run entry.
 const RUN_BITS: u32 = 5;
 
-/// The leaf where a key of one run was last found.
+/// The leaf where a key of one run was last found, and that key's slot and low word.
 #[derive(Clone, Copy, Default)]
 struct Run {
     volume: u64,
@@ -39,6 +39,8 @@ struct Run {
     run: u64,
     seq: u64,
     leaf: u64,
+    lo: u64,
+    slot: u16,
 }
 
 thread_local! {
@@ -51,14 +53,20 @@ fn run_index(hi: u64, run: u64) -> usize {
     h as usize % ENTRIES
 }
 
-/// The leaf where a key of `key`'s run of `volume` was found while the sequence read `seq`.
+/// The leaf where a key of `key`'s run of `volume` was found while the sequence read `seq`,
+/// and the slot `key` would have there if the run's keys are consecutive (a file's blocks
+/// usually are): a guess, which the caller checks.
 #[inline]
-pub(super) fn lookup_run(volume: u64, key: Key, seq: u64) -> Option<u64> {
+pub(super) fn lookup_run(volume: u64, key: Key, seq: u64) -> Option<(u64, u16)> {
     let run = key.lo >> RUN_BITS;
     RUNS.try_with(|r| {
         let r = r.try_borrow().ok()?;
         let e = r.as_ref()?.get(run_index(key.hi, run))?;
-        (e.volume == volume && e.hi == key.hi && e.run == run && e.seq == seq).then_some(e.leaf)
+        (e.volume == volume && e.hi == key.hi && e.run == run && e.seq == seq).then(|| {
+            // Keys of one run differ by less than 2^RUN_BITS: the guess fits a u16.
+            let guess = i64::from(e.slot) + (key.lo as i64).wrapping_sub(e.lo as i64);
+            (e.leaf, guess.clamp(0, i64::from(u16::MAX)) as u16)
+        })
     })
     .ok()
     .flatten()
@@ -111,6 +119,8 @@ pub(super) fn remember(volume: u64, key: Key, seq: u64, leaf: u64, slot: u16) {
             run,
             seq,
             leaf,
+            lo: key.lo,
+            slot,
         };
     });
 }
