@@ -723,7 +723,11 @@ mod tests {
                 assert_eq!(leaf.search(probe), want, "leaf {keys:?} {probe:?}");
                 // A guess, right, wrong or past the end, changes no answer.
                 let guess = (next() % (keys.len() as u64 + 2)) as u16;
-                assert_eq!(leaf.search_from(probe, guess), want, "guess {guess} {probe:?}");
+                assert_eq!(
+                    leaf.search_from(probe, guess),
+                    want,
+                    "guess {guess} {probe:?}"
+                );
                 let route = keys[1..].partition_point(|k| *k <= probe) as u16;
                 assert_eq!(inner.route(probe), route, "inner {keys:?} {probe:?}");
             }
