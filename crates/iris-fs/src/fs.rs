@@ -197,17 +197,20 @@ fn dir_is_empty_tx(tx: &Tx<'_, '_>, dir: u64) -> TxResult<bool> {
     Ok(empty)
 }
 
-/// Records of an inode one purge transaction deletes at most: a purge copies the leaves it
-/// changes before the next commit frees anything, so on a full volume it must fit in the space
-/// held back for deletions (see `Tx::use_reserve`).
+/// Records of an inode a purge transaction deletes at first (halved while the volume is too
+/// full for it): a purge copies the leaves it changes before the next commit frees anything, so
+/// on a full volume it must fit in the space held back for deletions (see `Tx::use_reserve`).
 const PURGE_CHUNK: usize = 1024;
+/// Records the transaction that removes a file's last name deletes with it: a file this small
+/// goes at once; a bigger one stays an orphan that [`purge_rest`] deletes in steps.
+const NAMED_PURGE_CHUNK: usize = 64;
 
 /// Delete the records of inode `ino` (its last link and last open handle are gone), using the
-/// space held back for deletions. Up to [`PURGE_CHUNK`] at a time: `true` when it deleted the
-/// last of them (the inode record and orphan mark go last); `false` when records remain, the
-/// inode then stays an orphan (with no link) that [`Fs::finish_purge`] or, after a crash, the
-/// next open finishes. `inode` is its record as the transaction leaves it otherwise.
-fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64, inode: &Inode) -> TxResult<bool> {
+/// space held back for deletions, at most `chunk` of them: `true` when it deleted the last of
+/// them (the inode record and orphan mark go last); `false` when records remain, the inode then
+/// stays an orphan (with no link) that [`purge_rest`] or, after a crash, the next open
+/// finishes. `inode` is its record as the transaction leaves it otherwise.
+fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64, inode: &Inode, chunk: usize) -> TxResult<bool> {
     tx.use_reserve();
     let record = key(ino, Kind::Inode, 0);
     let mut keys = Vec::new();
@@ -215,10 +218,10 @@ fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64, inode: &Inode) -> TxResult<bool> {
         if k != record {
             keys.push(k);
         }
-        keys.len() <= PURGE_CHUNK
+        keys.len() <= chunk
     })?;
-    let last = keys.len() <= PURGE_CHUNK;
-    for k in keys.iter().take(PURGE_CHUNK) {
+    let last = keys.len() <= chunk;
+    for k in keys.iter().take(chunk) {
         tx.delete(*k)?;
     }
     if last {
@@ -233,11 +236,23 @@ fn purge_tx(tx: &mut Tx<'_, '_>, ino: u64, inode: &Inode) -> TxResult<bool> {
     Ok(last)
 }
 
-/// [`purge_tx`] of an inode without links, in a transaction: `Some(ino)` while records remain.
-fn purge_unlinked_tx(tx: &mut Tx<'_, '_>, ino: u64) -> TxResult<Option<u64>> {
-    match get_inode_tx(tx, ino) {
-        Ok(i) if i.nlink == 0 => Ok((!purge_tx(tx, ino, &i)?).then_some(ino)),
-        _ => Ok(None),
+/// Delete what is left of inode `ino` if it has no link (an orphan no one holds open), one
+/// [`purge_tx`] after another, halving the step while the volume is too full for it. An orphan
+/// mark without an inode is dropped. Fails only if one record at a time does not fit either.
+fn purge_rest(store: &Store, ino: u64) -> FsResult<()> {
+    let mut chunk = PURGE_CHUNK;
+    loop {
+        let step = store.transact(|tx| match get_inode_tx(tx, ino) {
+            Ok(i) if i.nlink == 0 => purge_tx(tx, ino, &i, chunk),
+            Ok(_) => Ok(true),
+            Err(_) => tx.delete(key(0, Kind::Orphan, ino)).map(|_| true),
+        });
+        match step.map_err(unwrap_abort) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(Errno::ENOSPC) if chunk > 1 => chunk /= 2,
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -355,17 +370,7 @@ impl Fs {
                 )
                 .map_err(store_err)?;
             for ino in orphans {
-                loop {
-                    let rest = store
-                        .transact(|tx| match get_inode_tx(tx, ino) {
-                            Ok(i) if i.nlink == 0 => Ok(!purge_tx(tx, ino, &i)?),
-                            _ => tx.delete(key(0, Kind::Orphan, ino)).map(|_| false),
-                        })
-                        .map_err(unwrap_abort)?;
-                    if !rest {
-                        break;
-                    }
-                }
+                purge_rest(&store, ino)?;
             }
         }
         Ok(Fs {
@@ -736,19 +741,17 @@ impl Fs {
                 None => false,
             }
         };
-        if last {
-            if let Some(ino) = self.tx(|tx| purge_unlinked_tx(tx, ino))? {
-                self.finish_purge(ino);
-            }
+        if last && self.getattr(ino).is_ok_and(|i| i.nlink == 0) {
+            self.finish_purge(ino);
         }
         Ok(())
     }
 
-    /// Delete what is left of inode `ino`, which has no link and no open handle left, one
-    /// [`purge_tx`] at a time. Its name is gone already, so a failure (no space even in the
-    /// reserve, a failed volume) is not the caller's: the orphan stays for the next try.
+    /// Delete what is left of inode `ino`, which has no link and no open handle left (see
+    /// [`purge_rest`]). Its name is gone already, so a failure (no space even for one record, a
+    /// failed volume) is not the caller's: the orphan stays, for the next open after a crash.
     fn finish_purge(&self, ino: u64) {
-        while let Ok(Some(_)) = self.tx(|tx| purge_unlinked_tx(tx, ino)) {}
+        let _ = purge_rest(&self.store, ino);
     }
 
     fn is_open(&self, ino: u64) -> bool {
@@ -1612,7 +1615,7 @@ impl Fs {
             i.ctime_ns = now;
             if i.nlink == 0 && !self.is_open(ino) {
                 count_files_tx(tx, -1)?;
-                return Ok((!purge_tx(tx, ino, &i)?).then_some(ino));
+                return Ok((!purge_tx(tx, ino, &i, NAMED_PURGE_CHUNK)?).then_some(ino));
             }
             if i.nlink == 0 {
                 count_files_tx(tx, -1)?;
@@ -1660,7 +1663,7 @@ impl Fs {
             }
             remove_entry_tx(tx, dir, &name)?;
             // An empty directory is a few records: one purge takes them all.
-            if !purge_tx(tx, ino, &i)? {
+            if !purge_tx(tx, ino, &i, PURGE_CHUNK)? {
                 return Err(abort(Errno::EIO));
             }
             count_files_tx(tx, -1)?;
@@ -1791,7 +1794,7 @@ impl Fs {
                             if !dir_is_empty_tx(tx, dino)? {
                                 return Err(abort(Errno::ENOTEMPTY));
                             }
-                            if !purge_tx(tx, dino, &di)? {
+                            if !purge_tx(tx, dino, &di, PURGE_CHUNK)? {
                                 return Err(abort(Errno::EIO));
                             }
                             count_files_tx(tx, -1)?;
@@ -1803,7 +1806,7 @@ impl Fs {
                             di.nlink = di.nlink.saturating_sub(1);
                             di.ctime_ns = now;
                             if di.nlink == 0 && !self.is_open(dino) {
-                                if !purge_tx(tx, dino, &di)? {
+                                if !purge_tx(tx, dino, &di, NAMED_PURGE_CHUNK)? {
                                     rest = Some(dino);
                                 }
                                 count_files_tx(tx, -1)?;
