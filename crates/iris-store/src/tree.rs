@@ -484,11 +484,18 @@ impl<'a> Txn<'a> {
                     return Err(remembered_misused());
                 }
                 // Same-shaped replacement in a leaf we may not write: copy it and change the
-                // slot in the copy (a block copy, not a rebuild).
+                // slot in the copy (a block copy, not a rebuild). An out-of-line value of another
+                // length is the same shape too (the slot holds the length); in a leaf this
+                // transaction made, no reader can see the slot change.
                 match (old, val) {
-                    (Val::Block { len: old_len, .. }, Val::Block { block, len, gen })
-                        if old_len == len =>
+                    (Val::Block { .. }, Val::Block { block, len, gen })
+                        if self.is_fresh(leaf.block) =>
                     {
+                        leaf.set_block_value(i, block, gen, len);
+                        self.release_value(old);
+                        return Ok(());
+                    }
+                    (Val::Block { .. }, Val::Block { block, len, gen }) => {
                         let c = self.cow(&leaf)?;
                         c.set_block_value(i, block, gen, len);
                         self.release_value(old);
