@@ -793,8 +793,11 @@ impl Store {
     /// Insert or replace `key` with `value` (at most one block).
     pub fn put(&self, key: Key, value: &[u8]) -> Result<()> {
         if value.len() > self.inner.facts.inline_max as usize {
-            // Out of line: copy into the data block outside the lock.
-            return self.put_block(key, value.len(), |out| out.copy_from_slice(value));
+            // Out of line: copy into the (cold, fresh) data block outside the lock, with
+            // streaming stores that skip reading its lines first.
+            return self.put_block(key, value.len(), |out| {
+                crate::stream::copy_streaming(out, value)
+            });
         }
         self.put_with(key, value.len(), |_, out| out.copy_from_slice(value))
     }
