@@ -124,9 +124,7 @@ impl MappedMedia {
     pub fn relock(&self, mode: LockMode) -> Result<(), MediaError> {
         lock::lock(&self.file, &self.path, mode)
     }
-}
 
-impl MappedMedia {
     /// Extend the file to `len` bytes with storage behind every new byte (`fallocate`), so a
     /// full file system or RAM drive answers ENOSPC here, where the store can report it, and not
     /// with SIGBUS when the new space is first touched through the mapping. File systems without
@@ -138,12 +136,18 @@ impl MappedMedia {
         ) else {
             return Err(MediaError::Invalid(format!("volume size {len} too large")));
         };
-        // SAFETY: fallocate only reads its integer arguments; the descriptor is the open file.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, from, add) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
+        let err = loop {
+            // SAFETY: fallocate only reads its integer arguments; the descriptor is the open
+            // file.
+            if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, from, add) } == 0 {
+                return Ok(());
+            }
+            let err = std::io::Error::last_os_error();
+            // A RAM drive gives up a long allocation when a signal arrives: go on.
+            if err.raw_os_error() != Some(libc::EINTR) {
+                break err;
+            }
+        };
         match err.raw_os_error() {
             Some(libc::EOPNOTSUPP) => self.file.set_len(len).map_err(|source| MediaError::Io {
                 op: "ftruncate",
@@ -163,7 +167,9 @@ impl MappedMedia {
     /// several microseconds on a virtual machine. Only a hint: kernels before 5.14 refuse it.
     fn populate(&self, from: u64, to: u64) {
         const MADV_POPULATE_WRITE: libc::c_int = 23;
-        let start = from & !4095;
+        // SAFETY: sysconf reads a constant of the system.
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let start = from & !(page.max(1) - 1);
         let end = to.min(self.mapped_len());
         let (Ok(start_usize), Ok(len)) = (usize::try_from(start), usize::try_from(end - start))
         else {

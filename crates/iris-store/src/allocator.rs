@@ -166,12 +166,12 @@ impl Allocator {
             }
         }
         match self.grow(media) {
-            Ok(()) => self.scan(p, self.end(false)).ok_or(StoreError::NoSpace),
-            Err(StoreError::NoSpace) if reserve => {
-                self.scan(p, self.end(true)).ok_or(StoreError::NoSpace)
-            }
-            Err(e) => Err(e),
+            Ok(()) | Err(StoreError::NoSpace) => {}
+            Err(e) => return Err(e),
         }
+        self.scan(p, self.end(false))
+            .or_else(|| reserve.then(|| self.scan(p, self.end(true))).flatten())
+            .ok_or(StoreError::NoSpace)
     }
 
     /// Allocate one block holding only partition `p`'s lock: no growth, only `p`'s limbo
