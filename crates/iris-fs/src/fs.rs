@@ -1120,21 +1120,21 @@ impl Fs {
                 let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
                     return Ok(None);
                 };
-                // A small write into a block written since the last commit lands where it is.
+                // A small write into a block written since the last commit lands where it is;
+                // one at the end of the file, into the block's unused tail.
                 let after = Cell::new(None);
-                let done = self
-                    .store
-                    .write_in_place(
-                        key(ino, Kind::Data, first),
-                        in_block,
-                        data,
-                        Some(ThenPatch {
-                            key: key(ino, Kind::Inode, 0),
-                            unless_unchanged_since: skip,
-                            patch: size_and_times(ino, end, now, &after),
-                        }),
-                    )
-                    .map_err(store_err)?;
+                let then = Some(ThenPatch {
+                    key: key(ino, Kind::Inode, 0),
+                    unless_unchanged_since: skip,
+                    patch: size_and_times(ino, end, now, &after),
+                });
+                let k = key(ino, Kind::Data, first);
+                let done = if off >= inode.size && inode.size > first * bs {
+                    self.store.append_in_place(k, in_block, data, then)
+                } else {
+                    self.store.write_in_place(k, in_block, data, then)
+                }
+                .map_err(store_err)?;
                 if let Some(put) = done {
                     self.refresh_inode_after(&inode, &put, after.get());
                     return Ok(Some(data.len()));

@@ -871,6 +871,48 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
     );
 }
 
+#[test]
+fn a_reader_of_a_growing_file_sees_whole_appends() {
+    // Appends of 100-byte records (most land in the unused tail of the file's last block, the
+    // block's length moving after the bytes); a reader in another opener, through its block
+    // map, reads the whole file as its size says: every record it sees is complete, in order.
+    let (a, b) = two_openers();
+    let ino = create(&a, b"/log");
+    let record = |n: u64| -> Vec<u8> {
+        let mut r = format!("record {n:08}|").into_bytes();
+        r.resize(100, b'a' + (n % 26) as u8);
+        r
+    };
+    let map = b.file_cache(ino);
+    race(
+        || {
+            for n in 0..20_000u64 {
+                a.write(ino, n * 100, &record(n)).expect("append");
+            }
+        },
+        |reads| {
+            // The last few records (the whole file every 64th time).
+            let size = b.getattr(ino).expect("stat").size;
+            let from = if reads % 64 == 0 {
+                0
+            } else {
+                size.saturating_sub(300) / 100 * 100
+            };
+            let mut buf = vec![0u8; (size - from) as usize];
+            let got = b
+                .read_file(&map, from, &mut buf)
+                .expect("read")
+                .expect("not shadowed");
+            assert_eq!(got, buf.len(), "read {reads}: {got} of {size}");
+            for (n, r) in buf[..got - got % 100].chunks(100).enumerate() {
+                let n = from / 100 + n as u64;
+                assert_eq!(r, record(n), "read {reads}: record {n} of {size} bytes");
+            }
+        },
+    );
+    assert_eq!(a.getattr(ino).expect("stat").size, 2_000_000);
+}
+
 /// Append 64 KiB writes, then 4 KiB ones, to a new file `name` until the volume is full; the
 /// bytes written.
 fn fill_file(fs: &Fs, name: &[u8], round: u8) -> u64 {

@@ -435,6 +435,38 @@ impl Node {
         self.mark_dirty(i);
     }
 
+    /// Leaf, unpublished only: make `bytes` the inline value of slot `i`, placed anew in the
+    /// heap (the old bytes stay behind unused until the leaf is next rebuilt). `false` (nothing
+    /// changed) when the heap has no room for them.
+    pub fn set_inline(&self, i: u16, bytes: &[u8]) -> bool {
+        let heap = u64::from(self.region.read_u32(self.off + H_HEAP));
+        let slots_end = NODE_HEADER + u64::from(self.count) * LEAF_SLOT;
+        let len = bytes.len() as u64;
+        if slots_end + len > heap {
+            return false;
+        }
+        let new_heap = heap - len;
+        self.region.copy_in(self.off + new_heap, bytes);
+        let at = self.slot_off(i);
+        self.region.write_u64(at + 16, new_heap);
+        self.region.write_u64(at + 24, 0);
+        self.region.write_u32(at + 32, bytes.len() as u32);
+        self.region.write_u32(at + 36, 0);
+        self.region.write_u32(self.off + H_HEAP, new_heap as u32);
+        self.mark_dirty(i);
+        true
+    }
+
+    /// Leaf: set the length of the out-of-line value of slot `i` with one release store of its
+    /// (length, flags) word, so a reader sees the old length or the new one, and the bytes the
+    /// block holds up to the new length (written before) with it.
+    pub fn publish_block_len(&self, i: u16, len: u32) {
+        let at = self.slot_off(i) + 32;
+        self.region
+            .publish_u64(at, u64::from(len) | (u64::from(FLAG_BLOCK) << 32));
+        self.mark_dirty(i);
+    }
+
     /// Leaf, unpublished only: overwrite the inline value of slot `i` with `bytes` of the same
     /// length. Returns false if the slot is not an inline value of that length.
     pub fn set_inline_same_len(&self, i: u16, bytes: &[u8]) -> bool {

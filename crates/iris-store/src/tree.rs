@@ -502,6 +502,27 @@ impl<'a> Txn<'a> {
                         self.release(leaf.block, leaf.birth);
                         return self.propagate(path, depth, ([(key, c.block), (Key::MIN, 0)], 1));
                     }
+                    // An inline value of another length: placed anew in the leaf's heap, in
+                    // the leaf if this transaction made it, else in a copy.
+                    (Val::Inline(o), Val::Inline(n)) if o.len() != n.len() => {
+                        if self.is_fresh(leaf.block) {
+                            if leaf.set_inline(i, n) {
+                                return Ok(());
+                            }
+                        } else {
+                            let c = self.cow(&leaf)?;
+                            if c.set_inline(i, n) {
+                                self.release(leaf.block, leaf.birth);
+                                return self.propagate(
+                                    path,
+                                    depth,
+                                    ([(key, c.block), (Key::MIN, 0)], 1),
+                                );
+                            }
+                            // No room in the copy's heap: drop it and rebuild.
+                            self.unalloc(c.block);
+                        }
+                    }
                     (Val::Inline(o), Val::Inline(n)) if o.len() == n.len() => {
                         let c = self.cow(&leaf)?;
                         if c.set_inline_same_len(i, n) {
@@ -602,6 +623,21 @@ impl<'a> Txn<'a> {
             self.cx.region.write_u64(at + *off as u64, w.to_le());
         }
         Ok(Some(true))
+    }
+
+    /// Give the out-of-line value at `spot` the length `len`, its block's bytes up to `len`
+    /// written already, in a leaf private to the working tree (see `Node::publish_block_len`).
+    /// `false` (nothing done) when the value is not out of line or the leaf is committed.
+    pub fn resize_in_place(&mut self, spot: &Spot, len: u32) -> Result<bool> {
+        let Some((leaf, i)) = spot.leaf_slot() else {
+            return Ok(false);
+        };
+        if !matches!(leaf.value(i)?, Val::Block { .. }) || !self.writable_in_place(leaf) {
+            return Ok(false);
+        }
+        self.touched.touch(leaf.key(i));
+        leaf.publish_block_len(i, len);
+        Ok(true)
     }
 
     /// Remove `key`; returns whether it was there.

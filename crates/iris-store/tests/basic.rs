@@ -904,3 +904,51 @@ fn bytes_written_in_place_keep_the_location_and_its_stamp() {
     assert_eq!(Some(at), before, "the bytes moved");
     assert_eq!(bytes, b"\x01\x01hello\x01\x01");
 }
+
+#[test]
+fn appends_into_a_blocks_tail_keep_its_location_and_move_its_stamp() {
+    // An append into the unused tail of a block written since the last commit writes the new
+    // bytes where they go and lengthens the value: same block, a new change stamp (locations
+    // cached with the old length must be looked up again). 2000 bytes: out of line (past the
+    // inline limit, a quarter block).
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(9, 2 << 56);
+    let none = || None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+    s.put_block(key, 2000, |out| out.fill(1)).expect("put");
+    let stamp = s.change_stamp(key);
+    let before = s.get_with(key, |v| v.as_ptr() as usize).expect("get");
+    let put = s
+        .append_in_place(key, 2000, b"tail", none())
+        .expect("append")
+        .expect("the block is private to the working tree");
+    assert_ne!(s.change_stamp(key), stamp, "the stamp stayed");
+    assert_eq!(put.located.map(|(_, at)| at.len()), Some(2004));
+    // Past the end with a gap: the gap reads as zeros.
+    s.append_in_place(key, 2010, b"far", none())
+        .expect("append")
+        .expect("applies");
+    let (at, v) = s
+        .get_with(key, |v| (v.as_ptr() as usize, v.to_vec()))
+        .expect("get")
+        .expect("present");
+    assert_eq!(Some(at), before, "the bytes moved");
+    assert_eq!(v.len(), 2013);
+    assert!(v[..2000].iter().all(|&b| b == 1));
+    assert_eq!(&v[2000..], b"tail\0\0\0\0\0\0far");
+    // Not an append, past the block, or a committed block: not done, nothing changed.
+    assert!(s
+        .append_in_place(key, 2012, b"xy", none())
+        .expect("call")
+        .is_none());
+    assert!(s
+        .append_in_place(key, 4095, b"xy", none())
+        .expect("call")
+        .is_none());
+    s.commit().expect("commit");
+    assert!(s
+        .append_in_place(key, 2013, b"xy", none())
+        .expect("call")
+        .is_none());
+    assert_eq!(s.get_with(key, |v| v.len()).expect("get"), Some(2013));
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}

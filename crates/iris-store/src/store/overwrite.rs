@@ -6,8 +6,8 @@
 //! the old values back; see `undo`).
 
 use super::{
-    partition_mask, volume_lock, Acquired, BlockPut, Guard, Inner, Patch, PatchPlan, Result, Store,
-    ThenPatch, Txn, Val, PARTITIONS,
+    partition_mask, volume_lock, Acquired, BlockPut, BlockRef, Guard, Inner, Patch, PatchPlan,
+    Result, Store, ThenPatch, Txn, Val, PARTITIONS,
 };
 use crate::key::Key;
 
@@ -113,6 +113,75 @@ impl Store {
         }
         inner.undo.disarm(lowest);
         Self::finish_in_place(inner, txn, None, patch_key.zip(s0), plan).map(Some)
+    }
+}
+
+impl Store {
+    /// Write `data` at byte `offset` of the out-of-line value of `key` where `offset` is at or
+    /// past the value's end and the result fits its block (an append into a file's last block):
+    /// the bytes go into the block's unused tail (zeros between the old end and `offset`), one
+    /// store of the slot's length makes them part of the value, then the patch `then` describes
+    /// is made; holding only the locks of the partitions of `key` and of the patched key. For a
+    /// value written since the last commit, in a leaf private to the working tree. No old byte
+    /// changes, so there is nothing to undo: a process killed before the length store leaves
+    /// the old value. `None`: nothing was done; the caller writes another way.
+    pub fn append_in_place(
+        &self,
+        key: Key,
+        offset: usize,
+        data: &[u8],
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
+    ) -> Result<Option<BlockPut>> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let Some(end) = offset.checked_add(data.len()) else {
+            return Ok(None);
+        };
+        if end > inner.layout.block_size as usize {
+            return Ok(None);
+        }
+        let held = partition_mask(std::iter::once(key).chain(then.as_ref().map(|t| t.key)));
+        let Some(_guards) = lock_partitions(inner, held)? else {
+            return Ok(None);
+        };
+        let lowest = u64::from(held.trailing_zeros());
+        let mut txn = Txn::begin_in(inner.cx(), lowest);
+        let spot = inner.locate_in_place(&txn, key)?;
+        let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
+            return Ok(None);
+        };
+        if gen != inner.header.working_gen()
+            || offset < len as usize
+            || !txn.replaceable_in_place(&spot, len)?
+        {
+            return Ok(None);
+        }
+        let patch_key = then.as_ref().map(|t| t.key);
+        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
+        let mut then = then;
+        let plan = Self::plan_patch(inner, &txn, held, &mut then)?;
+        if let PatchPlan::Escalate = plan {
+            return Ok(None);
+        }
+        // Past the value's end: bytes no reader looks at until the length moves.
+        let tail = inner.region.bytes_mut(
+            inner.layout.offset(block) + u64::from(len),
+            (end - len as usize) as u64,
+        );
+        let gap = offset - len as usize;
+        tail[..gap].fill(0);
+        tail[gap..].copy_from_slice(data);
+        inner.latency.on_write(1);
+        // Readers that looked up the old length read again (the change stamp moves at the end).
+        let _in_place = inner.header.in_place(held);
+        if !txn.resize_in_place(&spot, end as u32)? {
+            return Ok(None);
+        }
+        let at = BlockRef {
+            block,
+            len: end as u32,
+        };
+        Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
     }
 }
 
