@@ -254,6 +254,12 @@ impl Spot {
         self.leaf_slot().map(|(leaf, i)| leaf.value_word_off(i))
     }
 
+    /// Region offset of the key's inline value bytes in its leaf (unshadowed keys only; the
+    /// caller knows the value is inline).
+    pub fn inline_value_off(&self) -> Option<u64> {
+        self.leaf_slot().map(|(leaf, i)| leaf.inline_value_off(i))
+    }
+
     /// The key's slot in its leaf when nothing above shadows it.
     fn leaf_slot(&self) -> Option<(&Node, u16)> {
         match (&self.path, self.slot, self.shadow) {

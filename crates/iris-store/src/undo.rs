@@ -8,7 +8,9 @@
 //! The same record also serves overwrites of several blocks under their partitions' locks (see
 //! `Store::overwrite_blocks`): each new block is published in its leaf slot by one store, so a
 //! writer killed among those stores would leave some published; the record lists every slot's
-//! old value first, and the repair puts them all back.
+//! old value first, and the repair puts them all back. And appends into a block's unused tail
+//! (`Store::append_in_place`): the value's length word and the file's size and times change by
+//! several stores in tree nodes; the record holds their old values.
 
 use std::sync::atomic::Ordering;
 
@@ -31,6 +33,13 @@ const BYTES: u64 = 32;
 const ARMED: u64 = 1;
 /// State word: the record holds the old values of leaf slots being republished.
 const ARMED_SLOTS: u64 = 2;
+/// State word: the record holds the old values of words changed in place (see
+/// [`Undo::arm_words`]).
+const ARMED_WORDS: u64 = 3;
+/// Bytes of one word entry: the word's region offset and its old value.
+const WORD_ENTRY: u64 = 16;
+/// Most words one record holds.
+pub(crate) const UNDO_MAX_WORDS: usize = (UNDO_MAX_BYTES / WORD_ENTRY) as usize;
 /// Bytes of one slot entry: the slot's region offset, its old block and generation.
 const SLOT_ENTRY: u64 = 24;
 /// Most slots one record holds.
@@ -96,7 +105,45 @@ impl Undo {
             .store(ARMED_SLOTS, Ordering::Release);
     }
 
-    /// The republishing that [`Undo::arm_slots`] guarded is complete.
+    /// Note the old value of each 8-byte word at region offset `at` inside tree nodes, before
+    /// they change in place (caller holds partition `p`'s lock and the locks of every key
+    /// concerned; at most [`UNDO_MAX_WORDS`]): a change made of several stores that must all
+    /// happen or none. [`Undo::disarm`] follows the last.
+    pub fn arm_words(&self, p: u64, words: &[(u64, u64)]) {
+        debug_assert!(words.len() <= UNDO_MAX_WORDS);
+        let rec = self.at(p);
+        self.region.write_u64(rec + LEN, words.len() as u64);
+        for (i, (at, old)) in words.iter().enumerate() {
+            let e = rec + BYTES + i as u64 * WORD_ENTRY;
+            self.region.write_u64(e, *at);
+            self.region.write_u64(e + 8, *old);
+        }
+        self.region
+            .atomic_u64(rec + STATE)
+            .store(ARMED_WORDS, Ordering::Release);
+    }
+
+    /// Put back the old values of the words a dead process was changing.
+    fn roll_back_words(&self, rec: u64) -> bool {
+        let n = self.region.read_u64(rec + LEN);
+        if n > UNDO_MAX_WORDS as u64 {
+            return false;
+        }
+        let (start, end) = (
+            self.layout.offset(self.layout.data_start),
+            self.layout.offset(self.layout.max_blocks),
+        );
+        for i in 0..n {
+            let e = rec + BYTES + i * WORD_ENTRY;
+            let (at, old) = (self.region.read_u64(e), self.region.read_u64(e + 8));
+            if at >= start && at.checked_add(8).is_some_and(|x| x <= end) {
+                self.region.write_u64(at, old);
+            }
+        }
+        true
+    }
+
+    /// The change that [`Undo::arm_slots`] or [`Undo::arm_words`] guarded is complete.
     pub fn disarm(&self, p: u64) {
         self.region
             .atomic_u64(self.at(p) + STATE)
@@ -134,6 +181,13 @@ impl Undo {
         for p in 0..PARTITIONS {
             let rec = self.at(p);
             let state = self.region.atomic_u64(rec + STATE).load(Ordering::Acquire);
+            if state == ARMED_WORDS {
+                undone += u64::from(self.roll_back_words(rec));
+                self.region
+                    .atomic_u64(rec + STATE)
+                    .store(0, Ordering::Release);
+                continue;
+            }
             if state == ARMED_SLOTS {
                 undone += u64::from(self.roll_back_slots(rec));
                 self.region
@@ -206,5 +260,41 @@ mod tests {
             .atomic_u64(rec + STATE)
             .store(ARMED, Ordering::Release);
         assert_eq!(undo.roll_back(), 0);
+    }
+
+    #[test]
+    fn words_changed_by_a_dead_writer_are_put_back_and_finished_ones_kept() {
+        let layout = Layout::new(4096, 64).expect("layout");
+        let mut buf = vec![0u64; (64 * 4096 / 8) as usize];
+        let region = Region::new(buf.as_mut_ptr().cast(), 64 * 4096);
+        let undo = Undo::new(region, layout);
+        let at = layout.offset(layout.data_start + 2);
+        // Two words, one of them unaligned (inline values lie anywhere in a leaf's heap).
+        let words = [(at + 64, 7u64), (at + 203, 9u64)];
+        for (w, v) in words {
+            region.write_u64(w, v);
+        }
+        undo.arm_words(1, &words);
+        region.write_u64(at + 64, 70);
+        undo.disarm(1);
+        assert_eq!(undo.roll_back(), 0, "a finished change stays");
+        assert_eq!(region.read_u64(at + 64), 70);
+
+        undo.arm_words(1, &[(at + 64, 70), (at + 203, 9)]);
+        region.write_u64(at + 64, 700);
+        region.write_u64(at + 203, 900);
+        assert_eq!(undo.roll_back(), 1);
+        assert_eq!(
+            (region.read_u64(at + 64), region.read_u64(at + 203)),
+            (70, 9)
+        );
+        assert_eq!(undo.roll_back(), 0, "a record is rolled back once");
+
+        // A word outside the data area (the header, say) is never written.
+        let outside = layout.header_off;
+        let before = region.read_u64(outside);
+        undo.arm_words(1, &[(outside, before ^ 1)]);
+        undo.roll_back();
+        assert_eq!(region.read_u64(outside), before);
     }
 }

@@ -463,3 +463,37 @@ fn a_writer_killed_before_noting_the_committed_blocks_it_replaced_leaks_nothing(
         }
     }
 }
+
+#[test]
+fn an_append_killed_between_its_stores_is_whole_or_absent() {
+    // An append into a block's unused tail lengthens the value and rewrites its size record
+    // (as a file's size) by several stores in place. Killed between them, the repair must put
+    // the old length and record back: length and record agree, and the bytes are the writer's.
+    let path = volume("append");
+    for round in 0..3u64 {
+        let prefix = 30 + round;
+        let keys = 16;
+        killed_at(&path, "appender", prefix, keys, "append-resized");
+        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
+        for i in 0..keys {
+            let record = s
+                .get_with(Key::new(prefix, (1 << 40) | i), |v| {
+                    u64::from_le_bytes(v.try_into().expect("8 bytes"))
+                })
+                .expect("get")
+                .expect("size record");
+            let len = s
+                .get_with(Key::new(prefix, i), |v| {
+                    for (j, b) in v.iter().enumerate() {
+                        let want = (prefix * 13 + i * 3 + j as u64 * 7) as u8;
+                        assert_eq!(*b, want, "round {round}: value {i} byte {j}");
+                    }
+                    v.len() as u64
+                })
+                .expect("get")
+                .expect("value");
+            assert_eq!(len, record, "round {round}: value {i} and its size record");
+        }
+        assert_no_leak(&s, &path, round);
+    }
+}

@@ -13,6 +13,11 @@
 //!   takes only the groups' partition locks, when it applies; else a batch), commits, and prints
 //!   `acked R` (the round value of the second write) and `fast N` (overwrites so far that took
 //!   the partition path).
+//! - `appender VOLUME PREFIX KEYS`: KEYS values of 2000 bytes, each with a size record (an
+//!   8-byte value, as a file's inode holds its size); every round appends 16 bytes to each
+//!   value and sets its size record in the same call (`Store::append_in_place`, when it
+//!   applies; else the value and its record are put again, in one batch), commits every
+//!   fourth round, and prints `acked R`. Byte j of value i is [`appended`]`(prefix, i, j)` whatever the length.
 //! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
 //!   wait for a line on stdin, then count the keys of prefix OTHER it sees and print `saw N`.
 
@@ -75,6 +80,28 @@ fn chunk(prefix: u64, i: u64, r: u64, c: u64) -> Vec<u8> {
     let mut b = vec![(prefix * 31 + i * 7 + r * 3 + c) as u8 | 1; 512];
     b[..8].copy_from_slice(&r.to_le_bytes());
     b
+}
+
+/// Byte `j` of the appender's value `i`.
+fn appended(prefix: u64, i: u64, j: u64) -> u8 {
+    (prefix * 13 + i * 3 + j * 7) as u8
+}
+
+/// The appender's size record of value `i`.
+fn size_key(prefix: u64, i: u64) -> Key {
+    Key::new(prefix, (1 << 40) | i)
+}
+
+/// Put value `i` of the appender back at its first 2000 bytes, with its size record.
+fn reset_appended(store: &Store, prefix: u64, i: u64) -> Result<(), String> {
+    let v: Vec<u8> = (0..2000).map(|j| appended(prefix, i, j)).collect();
+    let size = 2000u64.to_le_bytes();
+    store
+        .apply(&[
+            Op::Put(Key::new(prefix, i), &v),
+            Op::Put(size_key(prefix, i), &size),
+        ])
+        .map_err(|e| e.to_string())
 }
 
 fn main() {
@@ -198,6 +225,42 @@ fn run() -> Result<(), String> {
                 say(&mut out, &format!("acked {}\nfast {fast}", 2 * r + 1))?;
                 r += 1;
             }
+        }
+        "appender" => {
+            let keys = num(&args, 4)?;
+            let mut lens = vec![2000u64; keys as usize];
+            for i in 0..keys {
+                reset_appended(&store, prefix, i)?;
+            }
+            store.commit().map_err(|e| e.to_string())?;
+            say(&mut out, "acked 0")?;
+            for r in 1.. {
+                for i in 0..keys {
+                    let len = lens[i as usize];
+                    let data: Vec<u8> = (len..len + 16).map(|j| appended(prefix, i, j)).collect();
+                    let then = Some(ThenPatch {
+                        key: size_key(prefix, i),
+                        unless_unchanged_since: None,
+                        patch: |_: &[u8], _: bool, p: &mut Patch| p.set(0, len + 16),
+                    });
+                    let done = store
+                        .append_in_place(Key::new(prefix, i), len as usize, &data, then)
+                        .map_err(|e| e.to_string())?;
+                    lens[i as usize] = if done.is_some() {
+                        len + 16
+                    } else {
+                        reset_appended(&store, prefix, i)?;
+                        2000
+                    };
+                }
+                // Not every round: a commit makes the values part of it, and the next append
+                // to each puts it back instead.
+                if r % 4 == 0 {
+                    store.commit().map_err(|e| e.to_string())?;
+                    say(&mut out, &format!("acked {r}"))?;
+                }
+            }
+            Ok(())
         }
         "fill" => {
             let count = num(&args, 4)?;

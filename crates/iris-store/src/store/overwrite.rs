@@ -123,8 +123,9 @@ impl Store {
     /// store of the slot's length makes them part of the value, then the patch `then` describes
     /// is made; holding only the locks of the partitions of `key` and of the patched key. For a
     /// value written since the last commit, in a leaf private to the working tree. No old byte
-    /// changes, so there is nothing to undo: a process killed before the length store leaves
-    /// the old value. `None`: nothing was done; the caller writes another way.
+    /// of the value changes; the length and the patch are noted in the partition's undo record
+    /// first, so a process killed among their stores leaves the old value and the old record
+    /// (the repair puts them back). `None`: nothing was done; the caller writes another way.
     pub fn append_in_place(
         &self,
         key: Key,
@@ -172,16 +173,36 @@ impl Store {
         tail[..gap].fill(0);
         tail[gap..].copy_from_slice(data);
         inner.latency.on_write(1);
+        // The length and the patch's words change by several stores: a process killed among
+        // them leaves the old ones for the repair to put back.
+        let Some(len_word) = spot.value_word_off().map(|at| at + 16) else {
+            return Ok(None);
+        };
+        let mut words = vec![(len_word, inner.region.read_u64(len_word))];
+        if let PatchPlan::InPlace(at, patch) = &plan {
+            let Some(value) = at.inline_value_off() else {
+                return Ok(None);
+            };
+            for (off, _) in patch.words() {
+                let w = value + *off as u64;
+                words.push((w, inner.region.read_u64(w)));
+            }
+        }
+        inner.undo.arm_words(lowest, &words);
         // Readers that looked up the old length read again (the change stamp moves at the end).
         let _in_place = inner.header.in_place(held);
         if !txn.resize_in_place(&spot, end as u32)? {
+            inner.undo.disarm(lowest);
             return Ok(None);
         }
+        crate::failpoint::hit("append-resized");
         let at = BlockRef {
             block,
             len: end as u32,
         };
-        Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
+        let put = Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan);
+        inner.undo.disarm(lowest);
+        put.map(Some)
     }
 }
 
