@@ -178,17 +178,21 @@ impl Store {
         let Some(len_word) = spot.value_word_off().map(|at| at + 16) else {
             return Ok(None);
         };
-        let mut words = vec![(len_word, inner.region.read_u64(len_word))];
+        // The length word and at most eight patched words: no allocation on this path.
+        let mut words = [(0u64, 0u64); 9];
+        words[0] = (len_word, inner.region.read_u64(len_word));
+        let mut n = 1;
         if let PatchPlan::InPlace(at, patch) = &plan {
             let Some(value) = at.inline_value_off() else {
                 return Ok(None);
             };
             for (off, _) in patch.words() {
                 let w = value + *off as u64;
-                words.push((w, inner.region.read_u64(w)));
+                words[n] = (w, inner.region.read_u64(w));
+                n += 1;
             }
         }
-        inner.undo.arm_words(lowest, &words);
+        inner.undo.arm_words(lowest, &words[..n]);
         // Readers that looked up the old length read again (the change stamp moves at the end).
         let _in_place = inner.header.in_place(held);
         if !txn.resize_in_place(&spot, end as u32)? {
