@@ -508,16 +508,24 @@ impl<'a> Txn<'a> {
                         self.release(leaf.block, leaf.birth);
                         return self.propagate(path, depth, ([(key, c.block), (Key::MIN, 0)], 1));
                     }
-                    // An inline value of another length: placed anew in the leaf's heap, in
-                    // the leaf if this transaction made it, else in a copy.
-                    (Val::Inline(o), Val::Inline(n)) if o.len() != n.len() => {
+                    // An inline value: rewritten where it is if the length holds, else placed
+                    // anew in the leaf's heap; in the leaf if this transaction made it, else in
+                    // a copy.
+                    (Val::Inline(o), Val::Inline(n)) => {
+                        let set = |node: &Node| {
+                            if o.len() == n.len() {
+                                node.set_inline_same_len(i, n)
+                            } else {
+                                node.set_inline(i, n)
+                            }
+                        };
                         if self.is_fresh(leaf.block) {
-                            if leaf.set_inline(i, n) {
+                            if set(&leaf) {
                                 return Ok(());
                             }
                         } else {
                             let c = self.cow(&leaf)?;
-                            if c.set_inline(i, n) {
+                            if set(&c) {
                                 self.release(leaf.block, leaf.birth);
                                 return self.propagate(
                                     path,
@@ -525,22 +533,10 @@ impl<'a> Txn<'a> {
                                     ([(key, c.block), (Key::MIN, 0)], 1),
                                 );
                             }
-                            // No room in the copy's heap: drop it and rebuild.
+                            // No room in the copy's heap (or not the shape it claimed): drop
+                            // the copy and rebuild.
                             self.unalloc(c.block);
                         }
-                    }
-                    (Val::Inline(o), Val::Inline(n)) if o.len() == n.len() => {
-                        let c = self.cow(&leaf)?;
-                        if c.set_inline_same_len(i, n) {
-                            self.release(leaf.block, leaf.birth);
-                            return self.propagate(
-                                path,
-                                depth,
-                                ([(key, c.block), (Key::MIN, 0)], 1),
-                            );
-                        }
-                        // Not the shape it claimed: drop the copy and rebuild.
-                        self.unalloc(c.block);
                     }
                     _ => {}
                 }
