@@ -144,6 +144,9 @@ pub struct BlockPut {
     pub patched_stamp: Option<u64>,
 }
 
+/// The key a patch changes and its change stamp before (see `Store::finish_in_place`).
+type PatchStart = Option<(Key, u64)>;
+
 /// Where [`ThenPatch`] goes, holding one partition's lock. (Lives on the stack for one call: the
 /// size of the in-place variant costs nothing, a box would cost an allocation.)
 #[allow(clippy::large_enum_variant)]
@@ -1066,12 +1069,9 @@ impl Store {
         if !txn.replaceable_in_place(&spot, len as u32)? {
             return Ok(None);
         }
-        let patch_key = then.as_ref().map(|t| t.key);
-        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
-        let plan = Self::plan_patch(inner, &txn, 1 << p, then)?;
-        if let PatchPlan::Escalate = plan {
+        let Some((start, plan)) = Self::plan_then(inner, &txn, 1 << p, then)? else {
             return Ok(None);
-        }
+        };
         // Committed to this path: the data block first, then the patch, one publish each.
         let gen = inner.header.working_gen();
         let val = Val::Block {
@@ -1092,7 +1092,7 @@ impl Store {
             block,
             len: len as u32,
         };
-        Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, plan).map(Some)
     }
 
     /// Apply the plan's patch, publish, and say what the caller may cache. `patch` is the
@@ -1124,6 +1124,23 @@ impl Store {
             patched,
             located: located.map(|(key, at)| (inner.header.change_stamp(key), at)),
             patched_stamp,
+        })
+    }
+
+    /// [`Store::plan_patch`] with the patched key and its change stamp before the change (for
+    /// `finish_in_place`); `None` when the patch needs every lock.
+    fn plan_then<F: FnMut(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        txn: &Txn<'_>,
+        held: u64,
+        then: &mut Option<ThenPatch<F>>,
+    ) -> Result<Option<(PatchStart, PatchPlan)>> {
+        let start = then
+            .as_ref()
+            .map(|t| (t.key, inner.header.change_stamp(t.key)));
+        Ok(match Self::plan_patch(inner, txn, held, then)? {
+            PatchPlan::Escalate => None,
+            plan => Some((start, plan)),
         })
     }
 
@@ -1195,13 +1212,10 @@ impl Store {
         if gen != inner.header.working_gen() || end.is_none_or(|e| e > len as usize) {
             return Ok(None);
         }
-        let patch_key = then.as_ref().map(|t| t.key);
-        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
         let mut then = then;
-        let plan = Self::plan_patch(inner, &txn, 1 << p, &mut then)?;
-        if let PatchPlan::Escalate = plan {
+        let Some((start, plan)) = Self::plan_then(inner, &txn, 1 << p, &mut then)? else {
             return Ok(None);
-        }
+        };
         // The bytes change where readers may be copying them: they read again (see `View`).
         let _in_place = inner.header.in_place(1 << p);
         inner.undo.write(p, block, offset as u64, data);
@@ -1209,7 +1223,7 @@ impl Store {
         // The location holds, so the stamp does too: cached locations stay good (readers that
         // overlap the bytes changing see the write sequence move instead).
         let at = BlockRef { block, len };
-        Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, plan).map(Some)
     }
 
     /// Start loading the cache lines where this thread last found `key` or a neighbour of it,

@@ -54,13 +54,10 @@ impl Store {
                 _ => return Ok(None),
             }
         }
-        let patch_key = then.as_ref().map(|t| t.key);
-        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
         let mut then = then;
-        let plan = Self::plan_patch(inner, &txn, held, &mut then)?;
-        if let PatchPlan::Escalate = plan {
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, &mut then)? else {
             return Ok(None);
-        }
+        };
         // New blocks, filled under the locks: a process killed before the publishes leaves
         // them to the repair's garbage collection (the next locker finds this one dead).
         let mut fresh = Vec::with_capacity(keys.len());
@@ -112,7 +109,7 @@ impl Store {
             }
         }
         inner.undo.disarm(lowest);
-        Self::finish_in_place(inner, txn, None, patch_key.zip(s0), plan).map(Some)
+        Self::finish_in_place(inner, txn, None, start, plan).map(Some)
     }
 }
 
@@ -157,13 +154,10 @@ impl Store {
         {
             return Ok(None);
         }
-        let patch_key = then.as_ref().map(|t| t.key);
-        let s0 = patch_key.map(|k| inner.header.change_stamp(k));
         let mut then = then;
-        let plan = Self::plan_patch(inner, &txn, held, &mut then)?;
-        if let PatchPlan::Escalate = plan {
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, &mut then)? else {
             return Ok(None);
-        }
+        };
         // Past the value's end: bytes no reader looks at until the length moves.
         let tail = inner.region.bytes_mut(
             inner.layout.offset(block) + u64::from(len),
@@ -204,7 +198,7 @@ impl Store {
             block,
             len: end as u32,
         };
-        let put = Self::finish_in_place(inner, txn, Some((key, at)), patch_key.zip(s0), plan);
+        let put = Self::finish_in_place(inner, txn, Some((key, at)), start, plan);
         inner.undo.disarm(lowest);
         put.map(Some)
     }
