@@ -205,15 +205,19 @@ impl Store {
 }
 
 /// Take the locks of the partitions in the bit mask `held`, in ascending order as every locker
-/// does. `None` (none held) when a repair is due: the caller goes the way that takes every lock.
-fn lock_partitions(inner: &Inner, held: u64) -> Result<Option<Vec<Guard<'_>>>> {
-    let mut guards = Vec::with_capacity(held.count_ones() as usize);
+/// does; released when the result drops (a fixed array: no allocation on the append path).
+/// `None` (none held) when a repair is due: the caller goes the way that takes every lock.
+fn lock_partitions(inner: &Inner, held: u64) -> Result<Option<[Option<Guard<'_>>; 8]>> {
+    const _: () = assert!(PARTITIONS == 8);
+    let mut guards: [Option<Guard<'_>>; 8] = Default::default();
     for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
         match volume_lock::lock(&inner.header, p)? {
-            Acquired::Clean if !inner.header.repair_needed() => guards.push(Guard {
-                inner,
-                only: Some(p),
-            }),
+            Acquired::Clean if !inner.header.repair_needed() => {
+                guards[p as usize] = Some(Guard {
+                    inner,
+                    only: Some(p),
+                })
+            }
             Acquired::Clean => {
                 volume_lock::unlock(&inner.header, p);
                 return Ok(None);
