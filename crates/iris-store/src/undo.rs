@@ -180,42 +180,36 @@ impl Undo {
         let mut undone = 0;
         for p in 0..PARTITIONS {
             let rec = self.at(p);
-            let state = self.region.atomic_u64(rec + STATE).load(Ordering::Acquire);
-            if state == ARMED_WORDS {
-                undone += u64::from(self.roll_back_words(rec));
-                self.region
-                    .atomic_u64(rec + STATE)
-                    .store(0, Ordering::Release);
-                continue;
-            }
-            if state == ARMED_SLOTS {
-                undone += u64::from(self.roll_back_slots(rec));
-                self.region
-                    .atomic_u64(rec + STATE)
-                    .store(0, Ordering::Release);
-                continue;
-            }
-            if state != ARMED {
-                continue;
-            }
-            let block = self.region.read_u64(rec + BLOCK);
-            let offset = self.region.read_u64(rec + OFFSET);
-            let len = self.region.read_u64(rec + LEN);
-            let bs = self.layout.bs();
-            if block >= self.layout.data_start
-                && block < self.layout.max_blocks
-                && len <= UNDO_MAX_BYTES
-                && offset.checked_add(len).is_some_and(|end| end <= bs)
-            {
-                self.region
-                    .copy_within(rec + BYTES, self.layout.offset(block) + offset, len);
-                undone += 1;
-            }
+            let done = match self.region.atomic_u64(rec + STATE).load(Ordering::Acquire) {
+                ARMED => self.roll_back_bytes(rec),
+                ARMED_SLOTS => self.roll_back_slots(rec),
+                ARMED_WORDS => self.roll_back_words(rec),
+                _ => continue,
+            };
+            undone += u64::from(done);
             self.region
                 .atomic_u64(rec + STATE)
                 .store(0, Ordering::Release);
         }
         undone
+    }
+
+    /// Put back the old bytes of a small write a dead process left half done.
+    fn roll_back_bytes(&self, rec: u64) -> bool {
+        let block = self.region.read_u64(rec + BLOCK);
+        let offset = self.region.read_u64(rec + OFFSET);
+        let len = self.region.read_u64(rec + LEN);
+        let fits = block >= self.layout.data_start
+            && block < self.layout.max_blocks
+            && len <= UNDO_MAX_BYTES
+            && offset
+                .checked_add(len)
+                .is_some_and(|end| end <= self.layout.bs());
+        if fits {
+            self.region
+                .copy_within(rec + BYTES, self.layout.offset(block) + offset, len);
+        }
+        fits
     }
 }
 
