@@ -904,13 +904,18 @@ fn a_full_ram_drive_gives_enospc_and_the_volume_can_still_delete() {
     let vol = drive.0.join("v.vol");
     let vol_s = path_str(&vol);
     iris_ok(["mkfs", "--size", "256M", vol_s]);
-    let big = drive
-        .0
-        .join("..")
-        .join(format!("iris-ram-big-{}", std::process::id()));
-    std::fs::write(&big, vec![7u8; 128 << 20]).expect("host file");
-    let run = iris(["put", vol_s, path_str(&big), "/big"]);
-    let _ = std::fs::remove_file(&big);
+    // `iris put` of a host file of `len` bytes of `byte` (made beside the drive, not on it).
+    let put = |name: &str, len: usize, byte: u8| {
+        let host = drive
+            .0
+            .join("..")
+            .join(format!("iris-ram-{name}-{}", std::process::id()));
+        std::fs::write(&host, vec![byte; len]).expect("host file");
+        let run = iris(["put", vol_s, path_str(&host), &format!("/{name}")]);
+        let _ = std::fs::remove_file(&host);
+        run
+    };
+    let run = put("big", 128 << 20, 7);
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(run.stderr.contains("No space left on device"), "{run:?}");
     iris_ok(["fsck", vol_s]);
@@ -929,13 +934,7 @@ fn a_full_ram_drive_gives_enospc_and_the_volume_can_still_delete() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ENOSPC\n");
     // Deleting on the full volume works and gives the space back.
     iris_ok(["rm", vol_s, "/big", "/more"]);
-    let small = drive
-        .0
-        .join("..")
-        .join(format!("iris-ram-small-{}", std::process::id()));
-    std::fs::write(&small, vec![9u8; 8 << 20]).expect("host file");
-    let run = iris(["put", vol_s, path_str(&small), "/small"]);
-    let _ = std::fs::remove_file(&small);
+    let run = put("small", 8 << 20, 9);
     assert_eq!(run.code, Some(0), "{run:?}");
     assert_eq!(iris_ok(["cat", vol_s, "/small"]).len(), 8 << 20);
     iris_ok(["fsck", vol_s]);
