@@ -1184,7 +1184,7 @@ impl Store {
     /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make
     /// the patch `then` describes, holding only the key's partition lock: for small writes
     /// (at most 1 KiB, inside the value) into a data block written since the last commit. A
-    /// process killed during the copy leaves the old bytes (see `undo`). `None` (nothing done)
+    /// process killed during the copy leaves it whole (see `undo`). `None` (nothing done)
     /// when the write does not qualify; the caller then copies the block.
     pub fn write_in_place(
         &self,

@@ -1,9 +1,11 @@
-//! Undo records for small writes made in place: a write of a few hundred bytes into a data block
+//! Repair records of changes made in place. A write of a few hundred bytes into a data block
 //! that no commit or snapshot reaches yet changes the block where it is instead of copying the
 //! whole block, under its partition's lock. Power loss cannot tear it (the block is not part of
-//! the last commit), but a process killed in the middle of the copy could; so the old bytes go
-//! first into the partition's undo record in the working header, and a repair (the next locker
-//! gets `EOWNERDEAD`) puts them back: the write is then absent, never torn.
+//! the last commit), but a process killed in the middle of the copy could; so the new bytes go
+//! first into the partition's record in the working header, and a repair (the next locker gets
+//! `EOWNERDEAD`) copies them again: the write is then whole, never torn. (The record holds the
+//! new bytes rather than the old ones so that the write never loads the block's old bytes: the
+//! block is usually cold, and its load was a quarter of a small write's time.)
 //!
 //! The same record also serves overwrites of several blocks under their partitions' locks (see
 //! `Store::overwrite_blocks`): each new block is published in its leaf slot by one store, so a
@@ -12,7 +14,7 @@
 //! (`Store::append_in_place`): the value's length word and the file's size and times change by
 //! several stores in tree nodes; the record holds their old values.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{compiler_fence, Ordering};
 
 use crate::header::{undo_off, PARTITIONS};
 use crate::layout::Layout;
@@ -20,7 +22,7 @@ use crate::region::Region;
 
 /// Largest write made in place (bigger ones copy the block).
 pub(crate) const UNDO_MAX_BYTES: u64 = 1024;
-/// Bytes of one partition's undo record: state, block, offset, length, then the old bytes.
+/// Bytes of one partition's record: state, block, offset, length, then the bytes.
 pub(crate) const UNDO_RECORD_BYTES: u64 = 32 + UNDO_MAX_BYTES;
 
 const STATE: u64 = 0;
@@ -29,7 +31,8 @@ const OFFSET: u64 = 16;
 const LEN: u64 = 24;
 const BYTES: u64 = 32;
 
-/// State word: the record holds the old bytes of a write in progress.
+/// State word: the record holds bytes to copy into a block: the new bytes of a write in
+/// progress (older builds put the old bytes there; the repair's copy serves both).
 const ARMED: u64 = 1;
 /// State word: the record holds the old values of leaf slots being republished.
 const ARMED_SLOTS: u64 = 2;
@@ -68,23 +71,23 @@ impl Undo {
 
     /// Write `data` at byte `offset` of data block `block`, in place, recoverably (caller holds
     /// partition `p`'s lock, `offset + data.len()` is within the block, and `data` is at most
-    /// [`UNDO_MAX_BYTES`]).
+    /// [`UNDO_MAX_BYTES`]). A process killed before the record is armed leaves the block as it
+    /// was; after, the repair finishes the copy.
     pub fn write(&self, p: u64, block: u64, offset: u64, data: &[u8]) {
         debug_assert!(data.len() as u64 <= UNDO_MAX_BYTES);
         let rec = self.at(p);
-        let dst = self.layout.offset(block) + offset;
-        let len = data.len() as u64;
+        let state = self.region.atomic_u64(rec + STATE);
+        // The record is refilled only after the last change it guarded was disarmed (a kill
+        // stops this process between two of its instructions: only their order matters).
+        compiler_fence(Ordering::SeqCst);
         self.region.write_u64(rec + BLOCK, block);
         self.region.write_u64(rec + OFFSET, offset);
-        self.region.write_u64(rec + LEN, len);
-        self.region.copy_within(dst, rec + BYTES, len);
+        self.region.write_u64(rec + LEN, data.len() as u64);
+        self.region.copy_in(rec + BYTES, data);
+        state.store(ARMED, Ordering::Release);
         self.region
-            .atomic_u64(rec + STATE)
-            .store(ARMED, Ordering::Release);
-        self.region.copy_in(dst, data);
-        self.region
-            .atomic_u64(rec + STATE)
-            .store(0, Ordering::Release);
+            .copy_in(self.layout.offset(block) + offset, data);
+        state.store(0, Ordering::Release);
     }
 
     /// Note the old value (block, generation) of each leaf value slot at region offset `at`,
@@ -174,14 +177,14 @@ impl Undo {
         true
     }
 
-    /// Put back the old bytes of every write a dead process left half done, and the old values
-    /// of slots it was republishing (caller holds every lock). Returns how many it undid.
+    /// Finish every write a dead process left half done, and put back the old values of slots
+    /// and words it was changing (caller holds every lock). Returns how many records it applied.
     pub fn roll_back(&self) -> u64 {
         let mut undone = 0;
         for p in 0..PARTITIONS {
             let rec = self.at(p);
             let done = match self.region.atomic_u64(rec + STATE).load(Ordering::Acquire) {
-                ARMED => self.roll_back_bytes(rec),
+                ARMED => self.copy_bytes(rec),
                 ARMED_SLOTS => self.roll_back_slots(rec),
                 ARMED_WORDS => self.roll_back_words(rec),
                 _ => continue,
@@ -194,8 +197,8 @@ impl Undo {
         undone
     }
 
-    /// Put back the old bytes of a small write a dead process left half done.
-    fn roll_back_bytes(&self, rec: u64) -> bool {
+    /// Copy the bytes of a small write a dead process left half done to their place.
+    fn copy_bytes(&self, rec: u64) -> bool {
         let block = self.region.read_u64(rec + BLOCK);
         let offset = self.region.read_u64(rec + OFFSET);
         let len = self.region.read_u64(rec + LEN);
@@ -218,7 +221,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_write_cut_short_is_rolled_back_and_a_finished_one_is_kept() {
+    fn a_write_cut_short_is_finished_and_a_finished_one_is_kept() {
         let layout = Layout::new(4096, 64).expect("layout");
         let mut buf = vec![0u64; (64 * 4096 / 8) as usize];
         let region = Region::new(buf.as_mut_ptr().cast(), 64 * 4096);
@@ -227,25 +230,36 @@ mod tests {
         let at = layout.offset(block);
         region.bytes_mut(at, 4096).fill(0xaa);
 
-        // A finished write stays, and leaves nothing to roll back.
+        // A finished write stays, and leaves nothing to apply.
         undo.write(2, block, 100, &[0x11; 512]);
         assert_eq!(undo.roll_back(), 0);
         assert!(region.bytes(at + 100, 512).iter().all(|&b| b == 0x11));
 
-        // A writer killed halfway through its copy: the record is armed, half the bytes new.
+        // A writer killed halfway through its copy: the record is armed with the new bytes,
+        // half of them in the block. The repair finishes the write.
         let rec = layout.header_off + undo_off(5);
-        region.write_u64(rec + BLOCK, block);
-        region.write_u64(rec + OFFSET, 1000);
-        region.write_u64(rec + LEN, 300);
-        region.copy_within(at + 1000, rec + BYTES, 300);
-        region
-            .atomic_u64(rec + STATE)
-            .store(ARMED, Ordering::Release);
+        let arm = |offset: u64, bytes: &[u8]| {
+            region.write_u64(rec + BLOCK, block);
+            region.write_u64(rec + OFFSET, offset);
+            region.write_u64(rec + LEN, bytes.len() as u64);
+            region.copy_in(rec + BYTES, bytes);
+            region
+                .atomic_u64(rec + STATE)
+                .store(ARMED, Ordering::Release);
+        };
+        arm(1000, &[0x22; 300]);
         region.bytes_mut(at + 1000, 150).fill(0x22);
         assert_eq!(undo.roll_back(), 1);
-        assert!(region.bytes(at + 1000, 300).iter().all(|&b| b == 0xaa));
+        assert!(region.bytes(at + 1000, 300).iter().all(|&b| b == 0x22));
+        assert!(region.bytes(at + 1300, 10).iter().all(|&b| b == 0xaa));
         assert!(region.bytes(at + 100, 512).iter().all(|&b| b == 0x11));
-        assert_eq!(undo.roll_back(), 0, "a record is rolled back once");
+        assert_eq!(undo.roll_back(), 0, "a record is applied once");
+
+        // A record an older build armed holds the old bytes: the same copy undoes its write.
+        arm(2000, &[0xaa; 200]);
+        region.bytes_mut(at + 2000, 50).fill(0x33);
+        assert_eq!(undo.roll_back(), 1);
+        assert!(region.bytes(at + 2000, 200).iter().all(|&b| b == 0xaa));
 
         // A corrupt record (length past the block) is dropped, not applied.
         region.write_u64(rec + OFFSET, 4000);
