@@ -1123,18 +1123,48 @@ impl Fs {
                 // A small write into a block written since the last commit lands where it is;
                 // one at the end of the file, into the block's unused tail.
                 let after = Cell::new(None);
-                let then = Some(ThenPatch {
+                let then = || ThenPatch {
                     key: key(ino, Kind::Inode, 0),
                     unless_unchanged_since: skip,
                     patch: size_and_times(ino, end, now, &after),
-                });
+                };
                 let k = key(ino, Kind::Data, first);
-                let done = if off >= inode.size && inode.size > first * bs {
-                    self.store.append_in_place(k, in_block, data, then)
+                if first > 0 && off >= inode.size && inode.size <= first * bs {
+                    // The first bytes of a new last block of a file that already fills one: out
+                    // of line from the start, so that the appends that follow go into its tail
+                    // in place. Only if the block is still absent (checked under the lock).
+                    let fill = |out: &mut [u8]| {
+                        out[..in_block].fill(0);
+                        out[in_block..].copy_from_slice(data);
+                    };
+                    let grown = self
+                        .store
+                        .insert_growing_then_patch(k, end_in_block, fill, then())
+                        .map_err(store_err)?;
+                    if let Some(put) = grown {
+                        if !put.found {
+                            return Err(Errno::ENOENT);
+                        }
+                        self.refresh_inode_after(&inode, &put, after.get());
+                        return Ok(Some(data.len()));
+                    }
+                }
+                let at_end = off >= inode.size && inode.size > first * bs;
+                let done = if at_end {
+                    self.store.append_in_place(k, in_block, data, Some(then()))
                 } else {
-                    self.store.write_in_place(k, in_block, data, then)
+                    self.store.write_in_place(k, in_block, data, Some(then()))
                 }
                 .map_err(store_err)?;
+                // Inside the file but past the end of its block's value (a file extended by
+                // truncate or fallocate, then written in order): into the block's tail.
+                let done = match done {
+                    None if !at_end => self
+                        .store
+                        .append_in_place(k, in_block, data, Some(then()))
+                        .map_err(store_err)?,
+                    done => done,
+                };
                 if let Some(put) = done {
                     self.refresh_inode_after(&inode, &put, after.get());
                     return Ok(Some(data.len()));

@@ -913,6 +913,111 @@ fn a_reader_of_a_growing_file_sees_whole_appends() {
     assert_eq!(a.getattr(ino).expect("stat").size, 2_000_000);
 }
 
+#[test]
+fn small_writes_in_order_fill_appended_and_truncate_extended_files_exactly() {
+    // 100-byte records written in order (many straddle a block boundary) at the end of a file,
+    // and into a file first extended by truncate (holes, then the tail of each block written):
+    // every byte reads back, the holes as zeros, and the counts and the check hold, also after
+    // a commit and a reopen.
+    let (sim, store) = sim_store();
+    let fs = Fs::on_store(store).expect("fs");
+    let record = |n: u64| -> Vec<u8> {
+        let mut r = format!("{n:07}|").into_bytes();
+        r.resize(100, b'a' + (n % 26) as u8);
+        r
+    };
+    let appended = create(&fs, b"/appended");
+    let extended = create(&fs, b"/extended");
+    fs.truncate(extended, 64 << 10).expect("truncate");
+    let mut want = vec![0u8; 64 << 10];
+    for n in 0..600u64 {
+        assert_eq!(
+            fs.write(appended, n * 100, &record(n)).expect("append"),
+            100
+        );
+        if n < 300 {
+            // Runs of ten records with 1000-byte holes between them.
+            let off = n * 100 + (n / 10) * 1000;
+            fs.write(extended, off, &record(n)).expect("write");
+            want[off as usize..off as usize + 100].copy_from_slice(&record(n));
+        }
+    }
+    let check = |fs: &Fs, what: &str| {
+        let a = fs.getattr(appended).expect("stat");
+        assert_eq!(a.size, 60_000, "{what}");
+        assert_eq!(a.blocks, 60_000u64.div_ceil(4096), "{what}: data blocks");
+        let mut got = vec![0u8; 60_000];
+        assert_eq!(fs.read(appended, 0, &mut got).expect("read"), 60_000);
+        for n in 0..600u64 {
+            let r = &got[(n * 100) as usize..(n * 100 + 100) as usize];
+            assert_eq!(r, record(n).as_slice(), "{what}: record {n}");
+        }
+        assert_eq!(fs.getattr(extended).expect("stat").size, 64 << 10, "{what}");
+        let mut got = vec![1u8; 64 << 10];
+        assert_eq!(fs.read(extended, 0, &mut got).expect("read"), 64 << 10);
+        assert!(got == want, "{what}: the extended file differs");
+        assert!(fs.check().expect("check").problems.is_empty(), "{what}");
+    };
+    check(&fs, "written");
+    fs.sync().expect("sync");
+    drop(fs);
+    let fs =
+        Fs::on_store(Store::open_on(Box::new(sim), &same_boot()).expect("reopen")).expect("fs");
+    check(&fs, "reopened");
+}
+
+#[test]
+fn writers_racing_past_the_end_of_a_file_lose_no_byte() {
+    // Two threads write at the same offsets just past the end of a file, at the start of a new
+    // block each time: one 300 bytes of 'a', the other 100 of 'b'. Whichever lands last, the
+    // bytes 100..300 are the long write's and the first 100 one of the two, never zeros.
+    let fs = fs();
+    let ino = create(&fs, b"/race");
+    fs.write(ino, 0, &[b'x'; 4096]).expect("first block");
+    let blocks = 2000u64;
+    // Both threads spin until the other arrives (a sleeping barrier wakes them microseconds
+    // apart, and the first write would be long done).
+    let arrived = std::sync::atomic::AtomicU64::new(0);
+    let meet = |round: u64| {
+        arrived.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        while arrived.load(std::sync::atomic::Ordering::Acquire) < 2 * round {
+            std::hint::spin_loop();
+        }
+    };
+    std::thread::scope(|s| {
+        for (byte, len) in [(b'a', 300usize), (b'b', 100)] {
+            let (fs, meet) = (&fs, &meet);
+            s.spawn(move || {
+                for k in 1..=blocks {
+                    meet(2 * k - 1);
+                    fs.write(ino, k * 4096, &vec![byte; len]).expect("write");
+                    meet(2 * k);
+                    if byte == b'a' {
+                        // Fill the rest of the block, so the next round starts a new one.
+                        fs.write(ino, k * 4096 + 300, &[b'x'; 4096 - 300])
+                            .expect("fill");
+                    }
+                }
+            });
+        }
+    });
+    let mut buf = vec![0u8; 300];
+    for k in 1..=blocks {
+        fs.read(ino, k * 4096, &mut buf).expect("read");
+        let head = buf[0];
+        assert!(
+            (head == b'a' || head == b'b') && buf[..100].iter().all(|&c| c == head),
+            "block {k}: first 100 bytes {:?}",
+            &buf[..8]
+        );
+        assert!(
+            buf[100..].iter().all(|&c| c == b'a'),
+            "block {k}: the long write lost bytes"
+        );
+    }
+    assert!(fs.check().expect("check").problems.is_empty());
+}
+
 /// Append 64 KiB writes, then 4 KiB ones, to a new file `name` until the volume is full; the
 /// bytes written.
 fn fill_file(fs: &Fs, name: &[u8], round: u8) -> u64 {

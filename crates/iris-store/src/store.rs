@@ -902,6 +902,75 @@ impl Store {
         Err(StoreError::NoSpace)
     }
 
+    /// Insert `key` with an out-of-line value of `len` bytes (at most a block) that `fill`
+    /// writes, even when it is short enough to live in its leaf, then make the patch `then`
+    /// describes, in one hold of every lock: for the new last block of a growing file, so that
+    /// the appends that follow land in its unused tail in place (see `Store::append_in_place`)
+    /// instead of rewriting the leaf each time. `None` (nothing done) when the key exists or
+    /// space is short: the caller writes another way.
+    pub fn insert_growing_then_patch(
+        &self,
+        key: Key,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        mut then: ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>,
+    ) -> Result<Option<BlockPut>> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        if len == 0 || len > inner.layout.block_size as usize {
+            return Ok(None);
+        }
+        let _g = inner.lock()?;
+        let mut txn = Txn::begin(inner.cx(), false);
+        let inserted = (|| {
+            let spot = txn.locate(key)?;
+            if txn.value_at(&spot)?.is_some() {
+                return Ok(None);
+            }
+            let (block, gen) = match txn.alloc_data() {
+                Ok(b) => b,
+                Err(StoreError::NoSpace) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            fill(
+                inner
+                    .region
+                    .bytes_mut(inner.layout.offset(block), len as u64),
+            );
+            inner.latency.on_write(1);
+            let at = BlockRef {
+                block,
+                len: len as u32,
+            };
+            txn.put_at(
+                &spot,
+                key,
+                Val::Block {
+                    block,
+                    len: at.len,
+                    gen,
+                },
+            )?;
+            Ok(Some(at))
+        })();
+        let at = match inserted {
+            Ok(Some(at)) => at,
+            other => {
+                txn.abort();
+                return other.map(|_| None);
+            }
+        };
+        txn.commit_publish();
+        let found = Self::patch_locked(inner, then.key, |old, p| (then.patch)(old, false, p))?;
+        Ok(Some(BlockPut {
+            found,
+            replaced: false,
+            patched: true,
+            patched_stamp: found.then(|| inner.header.change_stamp(then.key)),
+            located: Some((inner.header.change_stamp(key), at)),
+        }))
+    }
+
     /// Insert or replace `key` with an out-of-line value of `len` bytes (more than the inline
     /// limit, at most a block) written by `fill` into a fresh data block *outside* the volume
     /// lock: the copy of the data, the bulk of a block write, runs in parallel with other writers.

@@ -952,3 +952,67 @@ fn appends_into_a_blocks_tail_keep_its_location_and_move_its_stamp() {
     assert_eq!(s.get_with(key, |v| v.len()).expect("get"), Some(2013));
     assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
 }
+
+#[test]
+fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
+    // The first bytes of a file's new last block go out of line however few they are, with the
+    // inode's patch in the same hold, so the appends that follow land in the block's tail.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let inode = Key::new(9, 0);
+    let key = Key::new(9, 2 << 56);
+    s.put(inode, &[0u8; 64]).expect("inode");
+    let then = |size: u64| iris_store::ThenPatch {
+        key: inode,
+        unless_unchanged_since: None,
+        patch: move |_: &[u8], replaced: bool, p: &mut iris_store::Patch| {
+            p.set(0, size);
+            p.set(8, u64::from(!replaced));
+        },
+    };
+    let put = s
+        .insert_growing_then_patch(key, 100, |out| out.fill(7), then(100))
+        .expect("insert")
+        .expect("the key was absent");
+    assert!(put.found && !put.replaced && put.patched);
+    assert_eq!(put.located.map(|(_, at)| at.len()), Some(100));
+    let word = |v: &[u8], i: usize| u64::from_le_bytes(v[i..i + 8].try_into().expect("8 bytes"));
+    let inode_now = s
+        .get_with(inode, |v| (word(v, 0), word(v, 8)))
+        .expect("get");
+    assert_eq!(
+        inode_now,
+        Some((100, 1)),
+        "the patch was made, told nothing was replaced"
+    );
+    let at = s.get_with(key, |v| v.as_ptr() as usize).expect("get");
+    // Out of line: the next append goes into the block's tail, where the value already is.
+    s.append_in_place(key, 100, b"more", Some(then(104)))
+        .expect("append")
+        .expect("a short out-of-line value takes appends in place");
+    let (at2, v) = s
+        .get_with(key, |v| (v.as_ptr() as usize, v.to_vec()))
+        .expect("get")
+        .expect("present");
+    assert_eq!(Some(at2), at, "the value moved");
+    assert_eq!(v.len(), 104);
+    assert!(v[..100].iter().all(|&b| b == 7));
+    assert_eq!(&v[100..], b"more");
+    // Present: nothing done, nothing changed (not even the patch).
+    assert!(s
+        .insert_growing_then_patch(key, 10, |out| out.fill(9), then(999))
+        .expect("call")
+        .is_none());
+    assert_eq!(s.get_with(key, |v| v.len()).expect("get"), Some(104));
+    assert_eq!(s.get_with(inode, |v| word(v, 0)).expect("get"), Some(104));
+    // Empty or longer than a block: not done.
+    for len in [0, 4097] {
+        assert!(s
+            .insert_growing_then_patch(Key::new(9, (2 << 56) | 1), len, |_| {}, then(1))
+            .expect("call")
+            .is_none());
+    }
+    s.commit().expect("commit");
+    let reopened = s.get_with(key, |v| v.to_vec()).expect("get");
+    assert_eq!(reopened.map(|v| v.len()), Some(104));
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
