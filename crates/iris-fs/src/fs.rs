@@ -1211,7 +1211,8 @@ impl Fs {
             return Ok(done);
         }
         let written = self.tx(|tx| {
-            if honor_shadow && get_inode_tx(tx, ino)?.is_shadowed() {
+            let mut i = get_inode_tx(tx, ino)?;
+            if honor_shadow && i.is_shadowed() {
                 return Ok(false);
             }
             let mut added = 0u64;
@@ -1233,17 +1234,23 @@ impl Fs {
                         added += 1;
                     }
                     let new_len = old_len.unwrap_or(0).max(in_block + src.len());
-                    tx.put_with(k, new_len, |old, out| {
+                    let fill = |old: Option<&[u8]>, out: &mut [u8]| {
                         let have = old.map_or(0, |o| o.len().min(new_len));
                         if let Some(o) = old {
                             out[..have].copy_from_slice(&o[..have]);
                         }
                         out[have..].fill(0);
                         out[in_block..in_block + src.len()].copy_from_slice(src);
-                    })?;
+                    };
+                    if old_len.is_none() && block > 0 && block == last && bstart >= i.size {
+                        // A new last block: out of line, so the appends that follow go into
+                        // its tail in place (see the one-block case above).
+                        tx.put_growing_with(k, new_len, fill)?;
+                    } else {
+                        tx.put_with(k, new_len, fill)?;
+                    }
                 }
             }
-            let mut i = get_inode_tx(tx, ino)?;
             i.size = i.size.max(end);
             i.mtime_ns = now;
             i.ctime_ns = now;

@@ -1957,6 +1957,28 @@ impl Tx<'_, '_> {
         len: usize,
         fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
     ) -> Result<()> {
+        self.put_placed_with(key, len, false, fill)
+    }
+
+    /// [`Tx::put_with`] with the value out of line even when it is short enough to live in its
+    /// leaf: for a block that appends will lengthen (the last block of a growing file), so
+    /// that they land in its unused tail in place (see `Store::append_in_place`).
+    pub fn put_growing_with(
+        &mut self,
+        key: Key,
+        len: usize,
+        fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
+    ) -> Result<()> {
+        self.put_placed_with(key, len, true, fill)
+    }
+
+    fn put_placed_with(
+        &mut self,
+        key: Key,
+        len: usize,
+        out_of_line: bool,
+        fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
+    ) -> Result<()> {
         let inner = self.inner;
         if len > inner.layout.block_size as usize {
             return Err(StoreError::Invalid(format!(
@@ -1966,7 +1988,7 @@ impl Tx<'_, '_> {
         let cx = *self.txn.cx();
         let old = cx.lookup(self.txn.root(), key)?;
         let old_bytes = old.map(|v| Node::value_bytes(&inner.region, &inner.layout, v));
-        if len <= inner.facts.inline_max as usize {
+        if len <= inner.facts.inline_max as usize && !(out_of_line && len > 0) {
             let mut tmp = [0u8; MAX_BLOCK_SIZE as usize / 4];
             fill(old_bytes, &mut tmp[..len]);
             self.txn.put(key, Val::Inline(&tmp[..len])).map(|_| ())

@@ -1011,8 +1011,19 @@ fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
             .expect("call")
             .is_none());
     }
+    // The same from inside a transaction (a write that spans two blocks, the second new).
+    let second = Key::new(9, (2 << 56) | 2);
+    s.transact(|tx| tx.put_growing_with(second, 3, |_, out| out.copy_from_slice(b"abc")))
+        .expect("transact");
+    s.append_in_place(second, 3, b"def", Some(then(8200)))
+        .expect("append")
+        .expect("out of line, private to the working tree");
+    assert_eq!(
+        s.get_with(second, |v| v.to_vec()).expect("get").as_deref(),
+        Some(&b"abcdef"[..])
+    );
     s.commit().expect("commit");
-    let reopened = s.get_with(key, |v| v.to_vec()).expect("get");
-    assert_eq!(reopened.map(|v| v.len()), Some(104));
+    let committed = s.get_with(key, |v| v.to_vec()).expect("get");
+    assert_eq!(committed.map(|v| v.len()), Some(104));
     assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
 }
