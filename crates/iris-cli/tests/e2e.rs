@@ -321,6 +321,68 @@ print(lk(b, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, 0, 10))
     assert_eq!(v.sh_ok(&script("/iris")), kernel);
 }
 
+/// Lock files outlive their volumes (nothing tells a volume's deletion): the first locking call
+/// of each process removes those nobody holds open, and keeps one another process holds open
+/// (a shared flock) or holds a record lock in, and files not named as lock files.
+#[test]
+fn lock_files_nobody_holds_are_removed() {
+    let v = Volume::new("lockgc");
+    let pid = u64::from(std::process::id());
+    let name = |kind: &str, tag: u64| format!("/dev/shm/iris-{kind}-{:016x}", tag << 32 | pid);
+    let (stale, stale_flocks) = (name("locks", 0xdead), name("flocks", 0xdead));
+    let (held, recorded) = (name("locks", 0xbeef), name("locks", 0xcafe));
+    let other = format!("/dev/shm/iris-locks-{pid}-not-a-volume-id");
+    for f in [&stale, &stale_flocks, &held, &recorded, &other] {
+        std::fs::write(f, b"").expect("lock file");
+    }
+    let mut holder = Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl, os, sys\n\
+             a = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(a, fcntl.LOCK_SH)\n\
+             b = os.open(sys.argv[2], os.O_RDWR); fcntl.lockf(b, fcntl.LOCK_EX, 1, 5)\n\
+             print('ready', flush=True); sys.stdin.read()",
+            &held,
+            &recorded,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("holder");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("holder ready");
+    assert_eq!(line, "ready\n");
+    let lock =
+        "python3 -c 'import fcntl; f = open(\"/iris/x\", \"w\"); fcntl.lockf(f, fcntl.LOCK_EX)'";
+    v.sh_ok(lock);
+    let exists = |f: &String| std::path::Path::new(f).exists();
+    assert!(
+        !exists(&stale) && !exists(&stale_flocks),
+        "unused lock files stayed"
+    );
+    assert!(exists(&held), "a lock file held open was removed");
+    assert!(
+        exists(&recorded),
+        "a lock file with a record lock in it was removed"
+    );
+    assert!(
+        exists(&other),
+        "a file not named as a lock file was removed"
+    );
+    drop(holder.stdin.take());
+    holder.wait().expect("holder exits");
+    v.sh_ok(lock);
+    assert!(
+        !exists(&held) && !exists(&recorded),
+        "unused once their holder left"
+    );
+    let _ = std::fs::remove_file(&other);
+}
+
 /// tmpfile(3) makes its file in /tmp with calls glibc keeps to itself: with /tmp under an Iris
 /// prefix, the interposer makes it in the volume, unnamed (same device as the volume's /tmp, no
 /// link, no name in the directory), and the stream reads back what was written.

@@ -24,21 +24,29 @@ use crate::state::{self, Busy};
 const WINDOW_BYTES: i64 = 1 << 36;
 const MAX_INO: u64 = 1 << 27;
 
+/// Where the lock files live, and the prefix of every lock file's name (then the kind).
+const LOCK_DIR: &str = "/dev/shm";
+const LOCK_PREFIX: &str = "iris-";
+/// The kinds of lock file: record locks and flock emulation.
+const LOCK_KINDS: [&str; 2] = ["locks", "flocks"];
+
 fn lock_file(kind: &str) -> Option<String> {
     let fs = state::fs()?;
     Some(format!(
-        "/dev/shm/iris-{kind}-{:016x}\0",
+        "{LOCK_DIR}/{LOCK_PREFIX}{kind}-{:016x}\0",
         fs.store().volume_id()
     ))
 }
 
-/// The process's fd on the record-lock file (opened once, kept for the process's life; closing it
-/// would drop every record lock the process holds).
-fn record_fd() -> Option<c_int> {
-    static FD: OnceLock<Option<c_int>> = OnceLock::new();
-    *FD.get_or_init(|| {
-        let _b = Busy::enter();
-        let path = lock_file("locks")?;
+/// Open this volume's lock file `kind` (created if missing) and hold a shared `flock` on it
+/// for as long as the descriptor lives. Lock files outlive the volumes they serve (nothing
+/// tells a volume's deletion), so each process first removes the ones nobody holds open (see
+/// `remove_unused_lock_files`); the shared `flock` marks this one as held. If it was removed
+/// between the open and the `flock`, a fresh one is opened under the same name.
+fn open_lock_file(kind: &str) -> Option<c_int> {
+    let path = lock_file(kind)?;
+    remove_unused_lock_files();
+    for _ in 0..8 {
         // SAFETY: a NUL-terminated path; libc's own open.
         let fd = unsafe {
             real::open(
@@ -47,7 +55,92 @@ fn record_fd() -> Option<c_int> {
                 0o666,
             )
         };
-        (fd >= 0).then_some(fd)
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { real::flock(fd, libc::LOCK_SH) } == 0 && still_named(fd, &path) {
+            return Some(fd);
+        }
+        // SAFETY: closing the descriptor opened above.
+        unsafe { real::close(fd) };
+    }
+    None
+}
+
+/// Whether `fd` is the file NUL-terminated `path` names now (same device and inode).
+fn still_named(fd: c_int, path: &str) -> bool {
+    // SAFETY: all-zero is a valid struct stat, which fstat and stat fill.
+    let (mut a, mut b): (libc::stat, libc::stat) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: a valid descriptor and path, and live structs to fill.
+    let ok =
+        unsafe { real::fstat(fd, &mut a) == 0 && real::stat(path.as_ptr().cast(), &mut b) == 0 };
+    ok && a.st_dev == b.st_dev && a.st_ino == b.st_ino
+}
+
+/// Remove, once per process, the lock files in `LOCK_DIR` that no process holds open: each
+/// holder keeps a shared `flock` on its file, so an exclusive one taken without waiting
+/// proves nobody uses it (and a file with a record lock in it is kept whatever the `flock`
+/// says, for holders from builds that took none). A file nobody holds carries no state: the
+/// kernel drops record locks with their last holder.
+fn remove_unused_lock_files() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _b = Busy::enter();
+        let Ok(dir) = std::fs::read_dir(LOCK_DIR) else {
+            return;
+        };
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let ours = LOCK_KINDS.iter().any(|k| {
+                name.strip_prefix(LOCK_PREFIX)
+                    .and_then(|n| n.strip_prefix(k))
+                    .and_then(|n| n.strip_prefix('-'))
+                    .is_some_and(|id| id.len() == 16 && id.bytes().all(|c| c.is_ascii_hexdigit()))
+            });
+            if ours {
+                remove_if_unused(&format!("{LOCK_DIR}/{name}\0"));
+            }
+        }
+    });
+}
+
+/// Remove lock file `path` (NUL-terminated) if no process holds it open (see
+/// `remove_unused_lock_files`).
+fn remove_if_unused(path: &str) {
+    // SAFETY: a NUL-terminated path; libc's own open.
+    let fd = unsafe { real::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: all-zero is a valid struct flock; the whole file, write lock: any lock held
+    // by anyone conflicts with it and is reported.
+    let mut probe: Flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_WRLCK as i16;
+    probe.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: flock and fcntl on the descriptor just opened; the probe is a live struct.
+    let unused = unsafe {
+        real::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
+            && real::fcntl(fd, libc::F_OFD_GETLK, &mut probe as *mut Flock as usize) == 0
+            && probe.l_type == libc::F_UNLCK as i16
+    };
+    if unused && still_named(fd, path) {
+        // SAFETY: a NUL-terminated path.
+        unsafe { real::unlink(path.as_ptr().cast()) };
+    }
+    // SAFETY: closing the descriptor opened above (which drops its flock).
+    unsafe { real::close(fd) };
+}
+
+/// The process's fd on the record-lock file (opened once, kept for the process's life; closing it
+/// would drop every record lock the process holds).
+fn record_fd() -> Option<c_int> {
+    static FD: OnceLock<Option<c_int>> = OnceLock::new();
+    *FD.get_or_init(|| {
+        let _b = Busy::enter();
+        open_lock_file("locks")
     })
 }
 
@@ -63,16 +156,8 @@ fn description_fd(
         return Some(fd);
     }
     let _b = Busy::enter();
-    let path = lock_file(kind)?;
-    // SAFETY: a NUL-terminated path; libc's own open.
-    let fd = unsafe {
-        real::open(
-            path.as_ptr().cast(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-            0o666,
-        )
-    };
-    (fd >= 0).then(|| set(file, fd))
+    let fd = open_lock_file(kind)?;
+    Some(set(file, fd))
 }
 
 /// Map an Iris lock request to the lock file: absolute start and length within the window.
