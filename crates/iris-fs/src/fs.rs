@@ -2216,6 +2216,28 @@ impl Fs {
         self.store.commit().map(|_| ()).map_err(store_err)
     }
 
+    /// Make every change to inode `ino` durable (fsync, fdatasync, a synchronous write): a
+    /// commit, unless the last one already holds every change to the inode's records, and so
+    /// everything done before them (a commit is of the whole tree). Then nothing is left to do,
+    /// however much other files have changed since.
+    pub fn sync_inode(&self, ino: u64) -> FsResult<()> {
+        let gen = [
+            Kind::Inode,
+            Kind::Dirent,
+            Kind::Data,
+            Kind::Xattr,
+            Kind::Symlink,
+        ]
+        .into_iter()
+        .map(|kind| self.store.written_gen(key(ino, kind, 0)))
+        .max()
+        .unwrap_or(0);
+        self.store
+            .commit_through(gen)
+            .map(|_| ())
+            .map_err(store_err)
+    }
+
     /// File-system statistics.
     pub fn statfs(&self) -> FsResult<StatFs> {
         let st = self.store.stats().map_err(store_err)?;

@@ -271,3 +271,57 @@ fn power_loss_during_the_unlink_of_a_big_file_leaves_it_whole_or_gone() {
     let halfway = (0..12u64).filter(|&seed| unlink_point(seed)).count();
     assert!(halfway > 0, "no power loss landed between two purge steps");
 }
+
+#[test]
+fn a_file_sync_commits_unless_the_files_changes_are_committed_and_survives_power_loss() {
+    // fsync of a file commits the whole tree, unless every change to that file is in the last
+    // commit already: then it returns at once, and other files' changes stay uncommitted.
+    let size = 8u64 << 20;
+    let sim = Arc::new(SimMedia::new(size));
+    let opts = CreateOptions {
+        size_limit_bytes: size,
+        initial_bytes: size,
+        ..CreateOptions::default()
+    };
+    let boot = |n: u128| OpenOptions {
+        boot_id: Some(n),
+        commit_interval: None,
+    };
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
+    let fs = Fs::on_store(store).expect("fs");
+    let c = Cred::root();
+    let open = |name: &[u8]| {
+        fs.open(&c, ROOT_INO, name, libc::O_CREAT | libc::O_RDWR, 0o644)
+            .expect("create")
+            .ino
+    };
+    let (a, b) = (open(b"/a"), open(b"/b"));
+    fs.write(a, 0, &[1u8; 5000]).expect("write a");
+    fs.sync().expect("sync");
+    let commits = |fs: &Fs| fs.store().stats().expect("stats").commits;
+    let before = commits(&fs);
+    fs.write(b, 0, b"only in memory").expect("write b");
+    fs.sync_inode(a).expect("sync a");
+    assert_eq!(commits(&fs), before, "a clean file's sync committed");
+    // A small write into a's block (copied at its first write after the commit, in place at
+    // the second), an append, then a's sync: all of it durable.
+    fs.write(a, 10, b"first").expect("write a");
+    fs.write(a, 20, b"second").expect("write a in place");
+    fs.write(a, 5000, b"tail").expect("append a");
+    fs.sync_inode(a).expect("sync a");
+    assert_eq!(commits(&fs), before + 1);
+    fs.write(b, 100, b"after").expect("write b");
+    let mut rng = StdRng::seed_from_u64(7);
+    let image = sim.crash_image(&mut rng, 0.5);
+    drop(fs);
+    let store =
+        Store::open_on(Box::new(Arc::new(SimMedia::from_image(&image))), &boot(2)).expect("reopen");
+    let fs = Fs::on_store(store).expect("fs");
+    let mut got = vec![0u8; 5004];
+    assert_eq!(fs.read(a, 0, &mut got).expect("read a"), 5004);
+    assert_eq!(&got[10..15], b"first");
+    assert_eq!(&got[20..26], b"second");
+    assert_eq!(&got[5000..], b"tail");
+    // b's first write went into a's commit (a commit is of the whole tree); its second did not.
+    assert_eq!(fs.getattr(b).expect("stat b").size, 14);
+}

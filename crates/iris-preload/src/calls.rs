@@ -341,7 +341,7 @@ fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
     match r {
         Ok(_) => {
             if file.flags() & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-                if let Err(e) = fs.sync() {
+                if let Err(e) = fs.sync_inode(file.ino) {
                     return fail(e.0);
                 }
             }
@@ -396,7 +396,7 @@ fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
     match r {
         Ok(n) => {
             if file.flags() & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-                if let Err(e) = fs.sync() {
+                if let Err(e) = fs.sync_inode(file.ino) {
                     return fail(e.0);
                 }
             }
@@ -1281,7 +1281,7 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
             if shadow_of(fs, f.ino).is_some() {
                 crate::shadow::write_back(fs, f.ino)?;
             }
-            fs.sync()
+            fs.sync_inode(f.ino)
         });
     }
     // SAFETY: forwarding.
@@ -1296,7 +1296,7 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
             if shadow_of(fs, f.ino).is_some() {
                 crate::shadow::write_back(fs, f.ino)?;
             }
-            fs.sync()
+            fs.sync_inode(f.ino)
         });
     }
     // SAFETY: forwarding.
@@ -1978,7 +1978,7 @@ pub unsafe extern "C" fn pwritev2(
         pwrite_file(&f, &data, off)
     };
     if r >= 0 && flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0 {
-        let s = path_op(|fs| fs.sync());
+        let s = path_op(|fs| fs.sync_inode(f.ino));
         if s < 0 {
             return s as ssize_t;
         }

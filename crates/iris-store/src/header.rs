@@ -56,6 +56,11 @@ const _: () = assert!(SHAPE_SEQ + 64 <= crate::readers::INFLIGHT_OFF);
 const WRITE_SEQS: u64 = 20736;
 const _: () = assert!(undo_off(PARTITIONS) <= WRITE_SEQS);
 const _: () = assert!(WRITE_SEQS + PARTITIONS * 64 <= crate::layout::HEADER_BYTES);
+/// Per stamp bucket: the working generation of the last change published to a key of the
+/// bucket (see [`Header::note_written`]), so a sync of some keys can tell that the last commit
+/// already holds every change to them.
+const WRITE_GENS: u64 = WRITE_SEQS + PARTITIONS * 64;
+const _: () = assert!(WRITE_GENS + STAMP_BUCKETS * 8 <= crate::layout::HEADER_BYTES);
 /// Per-share counters of used blocks, one cache line each (writers of different partitions
 /// allocate and free without sharing a line); the used count is USED_BLOCKS plus all of them.
 const USED_SHARES: u64 = 6656;
@@ -413,6 +418,39 @@ impl Header {
                     .fetch_add(1, Ordering::SeqCst);
             }
         }
+    }
+
+    /// Note that changes to the keys of the buckets in `mask`, and to `also` (bytes changed in
+    /// place, which move no stamp), are published in working generation `gen` (caller holds
+    /// their locks, after publishing). A bucket's word only grows.
+    pub fn note_written(&self, mask: &StampMask, also: Option<Key>, gen: u64) {
+        let note = |b: u64| {
+            let w = self.region.atomic_u64(self.off + WRITE_GENS + b * 8);
+            // Most writes of a generation find it noted already: no store, the line stays
+            // shared between writers.
+            if w.load(Ordering::Relaxed) < gen {
+                w.fetch_max(gen, Ordering::AcqRel);
+            }
+        };
+        for (w, bits) in mask.0.iter().enumerate() {
+            let mut bits = *bits;
+            while bits != 0 {
+                note(w as u64 * 64 + u64::from(bits.trailing_zeros()));
+                bits &= bits - 1;
+            }
+        }
+        if let Some(k) = also {
+            note(stamp_bucket(k));
+        }
+    }
+
+    /// The newest working generation a change to a key sharing `key`'s stamp bucket was
+    /// published in (0: none since the header was built; an over-estimate when other keys
+    /// share the bucket).
+    pub fn written_gen(&self, key: Key) -> u64 {
+        self.region
+            .atomic_u64(self.off + WRITE_GENS + stamp_bucket(key) * 8)
+            .load(Ordering::Acquire)
     }
 
     /// Move every change stamp (the whole tree may have changed: rollback, a dead writer).

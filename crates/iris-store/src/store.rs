@@ -1292,6 +1292,8 @@ impl Store {
         // The location holds, so the stamp does too: cached locations stay good (readers that
         // overlap the bytes changing see the write sequence move instead).
         let at = BlockRef { block, len };
+        let mut txn = txn;
+        txn.note_written_in_place(key);
         Self::finish_in_place(inner, txn, Some((key, at)), start, plan).map(Some)
     }
 
@@ -1574,14 +1576,37 @@ impl Store {
     /// Make every completed update durable. Concurrent callers share one commit (group commit).
     /// Returns the committed generation.
     pub fn commit(&self) -> Result<u64> {
+        self.commit_to(self.inner.header.working_gen())
+    }
+
+    /// Commit unless, once every lock is held, generation `target` is committed already.
+    fn commit_to(&self, target: u64) -> Result<u64> {
         let inner = &*self.inner;
-        let target = inner.header.working_gen();
         let _g = inner.lock()?;
         if inner.header.committed_gen() >= target {
             // Someone committed our changes while we waited for the lock.
             return Ok(inner.header.committed_gen());
         }
         inner.commit_locked()
+    }
+
+    /// The newest working generation a change to `key`, or to a key sharing its change stamp
+    /// (see [`Store::change_stamp`]), was published in: a sync of those keys is done once that
+    /// generation is committed ([`Store::commit_through`]). Over-estimates, never under.
+    pub fn written_gen(&self, key: Key) -> u64 {
+        self.inner.header.written_gen(key)
+    }
+
+    /// Make generation `gen` durable: return at once if the last commit is at least `gen`
+    /// (everything published in it or before is committed), else commit. For a sync of a few
+    /// keys (a file's), whose last changes [`Store::written_gen`] dates, that must not commit
+    /// everybody else's work when its own is already durable.
+    pub fn commit_through(&self, gen: u64) -> Result<u64> {
+        let committed = self.inner.header.committed_gen();
+        if gen <= committed {
+            return Ok(committed);
+        }
+        self.commit_to(gen)
     }
 
     /// Snapshot the state after committing everything done so far.

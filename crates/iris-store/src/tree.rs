@@ -289,6 +289,8 @@ pub(crate) struct Txn<'a> {
     in_place: bool,
     /// Frees space: may allocate from the blocks held back for that (see `Allocator::alloc`).
     reserve: bool,
+    /// A key whose bytes changed in place (no stamp moves for that): noted as written too.
+    written_in_place: Option<Key>,
 }
 
 impl<'a> Txn<'a> {
@@ -305,7 +307,14 @@ impl<'a> Txn<'a> {
             part: 0,
             in_place: false,
             reserve: false,
+            written_in_place: None,
         }
+    }
+
+    /// Note that the bytes of `key`'s value changed in place (they move no stamp; the publish
+    /// notes the write's generation for syncs, see `Header::note_written`).
+    pub fn note_written_in_place(&mut self, key: Key) {
+        self.written_in_place = Some(key);
     }
 
     /// Let this transaction allocate from the reserve: it frees space (a deletion), which a full
@@ -887,6 +896,9 @@ impl<'a> Txn<'a> {
                 .publish_u64(self.cx.header.working_root_off(), self.root);
         }
         self.cx.header.mark_dirty();
+        self.cx
+            .header
+            .note_written(&self.touched, self.written_in_place, self.wgen);
         // Before any released block can be reused: a cached location of an old value must be
         // seen stale by then (see Header::change_stamp).
         self.cx.header.bump_change_stamps(&self.touched);

@@ -1027,3 +1027,31 @@ fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
     assert_eq!(committed.map(|v| v.len()), Some(104));
     assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
 }
+
+#[test]
+fn a_sync_of_keys_already_committed_commits_nothing() {
+    // `written_gen` dates the last change to a key's stamp bucket; `commit_through` commits
+    // only when that change is not yet durable.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let (a, b) = (Key::new(1, 2 << 56), Key::new(2, 2 << 56));
+    s.put(a, &[1u8; 4096]).expect("put a");
+    s.commit().expect("commit");
+    let commits = |s: &Store| s.stats().expect("stats").commits;
+    let before = commits(&s);
+    assert!(s.written_gen(a) <= s.stats().expect("stats").committed_generation);
+    s.put(b, &[2u8; 4096]).expect("put b");
+    s.commit_through(s.written_gen(a)).expect("sync a");
+    assert_eq!(commits(&s), before, "a's changes were committed already");
+    s.commit_through(s.written_gen(b)).expect("sync b");
+    assert_eq!(commits(&s), before + 1, "b's change was not");
+    // A change in place (bytes of a block written since the last commit) dates its key too.
+    let none = || None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+    s.put(b, &[5u8; 4096]).expect("put b");
+    s.write_in_place(b, 8, b"in place", none())
+        .expect("write")
+        .expect("in place");
+    assert!(s.written_gen(b) > s.stats().expect("stats").committed_generation);
+    let n = commits(&s);
+    s.commit_through(s.written_gen(b)).expect("sync b");
+    assert_eq!(commits(&s), n + 1);
+}
