@@ -332,15 +332,24 @@ fn lock_files_nobody_holds_are_removed() {
     let (stale, stale_flocks) = (name("locks", 0xdead), name("flocks", 0xdead));
     let (held, recorded) = (name("locks", 0xbeef), name("locks", 0xcafe));
     let other = format!("/dev/shm/iris-locks-{pid}-not-a-volume-id");
-    for f in [&stale, &stale_flocks, &held, &recorded, &other] {
+    for f in [&stale, &stale_flocks, &other] {
         std::fs::write(f, b"").expect("lock file");
     }
+    // The holder makes its two files and locks them, again if a test running alongside
+    // removed one before it was locked (as the interposer does).
     let mut holder = Command::new("python3")
         .args([
             "-c",
             "import fcntl, os, sys\n\
-             a = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(a, fcntl.LOCK_SH)\n\
-             b = os.open(sys.argv[2], os.O_RDWR); fcntl.lockf(b, fcntl.LOCK_EX, 1, 5)\n\
+             def hold(path, lock):\n\
+             \x20   while True:\n\
+             \x20       fd = os.open(path, os.O_RDWR | os.O_CREAT)\n\
+             \x20       lock(fd)\n\
+             \x20       if os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino:\n\
+             \x20           return fd\n\
+             \x20       os.close(fd)\n\
+             a = hold(sys.argv[1], lambda fd: fcntl.flock(fd, fcntl.LOCK_SH))\n\
+             b = hold(sys.argv[2], lambda fd: fcntl.lockf(fd, fcntl.LOCK_EX, 1, 5))\n\
              print('ready', flush=True); sys.stdin.read()",
             &held,
             &recorded,
