@@ -61,6 +61,13 @@ const _: () = assert!(WRITE_SEQS + PARTITIONS * 64 <= crate::layout::HEADER_BYTE
 /// already holds every change to them.
 const WRITE_GENS: u64 = WRITE_SEQS + PARTITIONS * 64;
 const _: () = assert!(WRITE_GENS + STAMP_BUCKETS * 8 <= crate::layout::HEADER_BYTES);
+/// Per partition, one cache line of recently freed blocks (see `Allocator::take_recent`).
+const RECENT_FREES: u64 = WRITE_GENS + STAMP_BUCKETS * 8;
+/// Recently freed blocks remembered per partition.
+pub(crate) const RECENT_PER_PARTITION: u64 = 8;
+/// Nonzero while some recently-freed slot may hold a block (its own cache line).
+const RECENT_ANY: u64 = RECENT_FREES + PARTITIONS * RECENT_PER_PARTITION * 8;
+const _: () = assert!(RECENT_ANY + 64 <= crate::layout::HEADER_BYTES);
 /// Per-share counters of used blocks, one cache line each (writers of different partitions
 /// allocate and free without sharing a line); the used count is USED_BLOCKS plus all of them.
 const USED_SHARES: u64 = 6656;
@@ -461,6 +468,23 @@ impl Header {
                 .atomic_u64(self.off + CHANGE_STAMPS + b * 8)
                 .fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// Slot `i` of partition `p`'s recently freed blocks (0: empty; a hint, never trusted: the
+    /// bitmap decides).
+    #[inline]
+    pub fn recent_free(&self, p: u64, i: u64) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(
+            self.off
+                + RECENT_FREES
+                + ((p % PARTITIONS) * RECENT_PER_PARTITION + i % RECENT_PER_PARTITION) * 8,
+        )
+    }
+
+    /// The word telling whether any recently-freed slot may be filled (see `recent_free`).
+    #[inline]
+    pub fn recent_any(&self) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(self.off + RECENT_ANY)
     }
 
     /// Pointer to the lock of writer partition `p`.
