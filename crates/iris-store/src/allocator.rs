@@ -13,8 +13,7 @@ use iris_media::Media;
 use crate::error::{Result, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::header::RECENT_PER_PARTITION;
-use crate::header::{Header, HeaderWord, PARTITIONS};
+use crate::header::{Header, HeaderWord, PARTITIONS, RECENT_PER_PARTITION};
 use crate::layout::{Layout, SUMMARY_SPAN_BLOCKS};
 use crate::readers::Readers;
 use crate::region::Region;
@@ -266,11 +265,11 @@ impl Allocator {
         None
     }
 
-    /// Claim a block freed lately (in partition `p`'s share first), below `backed`, if one is noted and
-    /// still free: freed blocks are reused first (their pages are backed and likely cached),
-    /// and found without a walk of the bitmap, where a copy-on-write volume's frees lie
-    /// scattered among used blocks (a walk from the lowest freed word crossed hundreds of full
-    /// words per allocation when every write was followed by a commit).
+    /// Claim a block a commit freed lately (in partition `p`'s share first), below `backed`, if
+    /// one is noted and still free: freed blocks are reused first (their pages are backed and
+    /// likely cached), and found without a walk of the bitmap, where a copy-on-write volume's
+    /// frees lie scattered among used blocks (a walk from the lowest freed word crossed
+    /// hundreds of full words per allocation when every write was followed by a commit).
     fn take_recent(&self, p: u64, backed: u64) -> Option<u64> {
         let any = self.header.recent_any();
         if any.load(Ordering::Relaxed) == 0 {
