@@ -16,6 +16,7 @@ pub fn document(report: &Report) -> Value {
             "kernel": m.kernel,
             "memory_bytes": m.memory_bytes,
             "fio": m.fio,
+            "pages": m.pages,
         },
         "command": report.command,
         "started_utc": report.started_utc,

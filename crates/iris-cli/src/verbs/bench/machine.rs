@@ -16,6 +16,10 @@ pub struct Machine {
     pub memory_bytes: u64,
     /// `fio --version`.
     pub fio: String,
+    /// The page policy of the file system holding the scratch directory: its `huge=` mount
+    /// option (tmpfs; "never" when absent) and the kernel's shmem setting. 2 MiB pages change
+    /// what a mapped volume costs (TLB misses), so a reader of the figures needs it.
+    pub pages: String,
 }
 
 /// Describe this machine; facts that cannot be read are left "unknown" (or 0).
@@ -32,7 +36,57 @@ pub fn describe() -> Machine {
             .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
             .map_or(0, |kib| kib * 1024),
         fio: fio_version().unwrap_or_else(|| "not found".into()),
+        pages: String::new(),
     }
+}
+
+/// The page policy of the file system `dir` lives on (see [`Machine::pages`]), e.g.
+/// "tmpfs /dev/shm huge=never, shmem_enabled never".
+pub fn page_policy(dir: &std::path::Path) -> String {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let shmem = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .ok()
+        .and_then(|s| chosen(&s))
+        .unwrap_or_else(|| "unknown".into());
+    let mount = mount_of(&mounts, &dir);
+    match mount {
+        Some((fs, point, options)) => {
+            let huge = options
+                .split(',')
+                .find_map(|o| o.strip_prefix("huge="))
+                .unwrap_or("never");
+            if fs == "tmpfs" {
+                format!("{fs} {point} huge={huge}, shmem_enabled {shmem}")
+            } else {
+                format!("{fs} {point}, shmem_enabled {shmem}")
+            }
+        }
+        None => format!("unknown file system, shmem_enabled {shmem}"),
+    }
+}
+
+/// The (type, mount point, options) of the last-listed mount with the longest mount point
+/// that holds `dir` (later mounts over the same point hide earlier ones).
+fn mount_of<'a>(mounts: &'a str, dir: &std::path::Path) -> Option<(&'a str, &'a str, &'a str)> {
+    let mut best: Option<(&str, &str, &str)> = None;
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [_, point, fs, options, ..] = f[..] else {
+            continue;
+        };
+        if dir.starts_with(point) && best.is_none_or(|(_, p, _)| point.len() >= p.len()) {
+            best = Some((fs, point, options));
+        }
+    }
+    best
+}
+
+/// The bracketed choice of a sysfs setting ("always [never] advise" -> "never").
+fn chosen(setting: &str) -> Option<String> {
+    let start = setting.find('[')? + 1;
+    let end = start + setting[start..].find(']')?;
+    Some(setting[start..end].to_string())
 }
 
 /// The 1, 5 and 15 minute load averages ("0.12 0.30 0.25"): how busy the machine was besides
@@ -62,6 +116,26 @@ fn field(text: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_policy_comes_from_the_innermost_last_mount_and_the_bracketed_setting() {
+        let mounts = "proc /proc proc rw 0 0\n\
+                      tmpfs /dev/shm tmpfs rw,relatime 0 0\n\
+                      tmpfs /dev/shm tmpfs rw,relatime,huge=within_size 0 0\n\
+                      /dev/loop0 /dev/shm/x/m ext4 rw 0 0\n";
+        let at = |p: &str| mount_of(mounts, std::path::Path::new(p));
+        assert_eq!(
+            at("/dev/shm/iris-bench-1"),
+            Some(("tmpfs", "/dev/shm", "rw,relatime,huge=within_size"))
+        );
+        assert_eq!(at("/dev/shm/x/m/f").map(|m| m.0), Some("ext4"));
+        assert_eq!(at("/etc"), None);
+        assert_eq!(
+            chosen("always within_size advise [never] deny force\n").as_deref(),
+            Some("never")
+        );
+        assert_eq!(chosen("none"), None);
+    }
 
     #[test]
     fn fields_are_read_from_key_value_lines() {

@@ -115,6 +115,10 @@ pub fn run(args: BenchArgs) -> Outcome {
     }
     let mut cleanup = Cleanup::new();
     let scratch = scratch_dir(&args.scratch, &mut cleanup)?;
+    let machine = machine::Machine {
+        pages: machine::page_policy(&scratch),
+        ..machine
+    };
     let data_bytes = targets::data_bytes(plan.file_bytes, plan.max_jobs());
     let Some((ready, skipped)) = set_up_targets(&wanted, &scratch, &mut cleanup, data_bytes)?
     else {

@@ -100,13 +100,14 @@ impl Report {
         let kinds = &self.kinds;
         let mut out = String::new();
         out.push_str(&format!(
-            "- Machine: {} CPUs, {}, {} RAM, Linux {}\n- fio: {}\n- Run: {} (UTC)\n\
+            "- Machine: {} CPUs, {}, {} RAM, Linux {}\n- Pages: {}\n- fio: {}\n- Run: {} (UTC)\n\
              - Command: `{}`\n- Each fio cell: {} s; each job its own {} file; memcpy runs: {:.1} s\n\
              - Load average (1, 5, 15 min): {} at the start, {} at the end\n\n",
             m.cpu_count,
             m.cpu_model,
             human_bytes(m.memory_bytes),
             m.kernel,
+            m.pages,
             m.fio,
             self.started_utc,
             self.command,
