@@ -112,10 +112,6 @@ fn one_point(seed: u64) {
         // Every other point runs on a Bε-tree.
         buffer_bytes: if seed % 2 == 1 { bs / 4 } else { 0 },
     };
-    let boot = |n: u128| OpenOptions {
-        boot_id: Some(n),
-        commit_interval: None,
-    };
     let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
     let fs = Fs::on_store(store).expect("fs");
     let mut committed = snapshot(&fs);
@@ -179,6 +175,27 @@ fn power_loss_keeps_the_last_committed_file_tree() {
     });
 }
 
+/// Opening options of boot `n` (a reopen with another boot id is a reboot), no commit timer.
+fn boot(n: u128) -> OpenOptions {
+    OpenOptions {
+        boot_id: Some(n),
+        commit_interval: None,
+    }
+}
+
+/// A file system on a fresh simulated medium of `size` bytes, all backed, with blocks of `bs`.
+fn sim_fs(size: u64, bs: u32) -> (Arc<SimMedia>, Fs) {
+    let sim = Arc::new(SimMedia::new(size));
+    let opts = CreateOptions {
+        block_size: bs,
+        size_limit_bytes: size,
+        initial_bytes: size,
+        ..CreateOptions::default()
+    };
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
+    (sim, Fs::on_store(store).expect("fs"))
+}
+
 /// One power loss during the unlink of a file that filled the volume: the purge runs in several
 /// transactions, with commits between them once the reserve runs out, so the last commit may
 /// hold the file half deleted (an orphan). Reopened as after a reboot, the volume must verify
@@ -187,19 +204,7 @@ fn power_loss_keeps_the_last_committed_file_tree() {
 fn unlink_point(seed: u64) -> bool {
     let mut rng = StdRng::seed_from_u64(seed);
     let size = 4u64 << 20;
-    let sim = Arc::new(SimMedia::new(size));
-    let opts = CreateOptions {
-        block_size: 512,
-        size_limit_bytes: size,
-        initial_bytes: size,
-        ..CreateOptions::default()
-    };
-    let boot = |n: u128| OpenOptions {
-        boot_id: Some(n),
-        commit_interval: None,
-    };
-    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
-    let fs = Fs::on_store(store).expect("fs");
+    let (sim, fs) = sim_fs(size, 512);
     let c = Cred::root();
     let ino = fs
         .open(&c, ROOT_INO, b"big", libc::O_CREAT | libc::O_RDWR, 0o644)
@@ -276,19 +281,7 @@ fn power_loss_during_the_unlink_of_a_big_file_leaves_it_whole_or_gone() {
 fn a_file_sync_commits_unless_the_files_changes_are_committed_and_survives_power_loss() {
     // fsync of a file commits the whole tree, unless every change to that file is in the last
     // commit already: then it returns at once, and other files' changes stay uncommitted.
-    let size = 8u64 << 20;
-    let sim = Arc::new(SimMedia::new(size));
-    let opts = CreateOptions {
-        size_limit_bytes: size,
-        initial_bytes: size,
-        ..CreateOptions::default()
-    };
-    let boot = |n: u128| OpenOptions {
-        boot_id: Some(n),
-        commit_interval: None,
-    };
-    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
-    let fs = Fs::on_store(store).expect("fs");
+    let (sim, fs) = sim_fs(8 << 20, 4096);
     let c = Cred::root();
     let open = |name: &[u8]| {
         fs.open(&c, ROOT_INO, name, libc::O_CREAT | libc::O_RDWR, 0o644)
