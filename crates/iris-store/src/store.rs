@@ -2125,6 +2125,16 @@ fn recover(
         let a = Superblock::decode(region.bytes(0, SUPER_BYTES as u64), "A");
         u64::from(!matches!(a, Ok(ref a) if a.generation == sb.generation))
     };
+    // The other slot, if it holds no valid superblock, holds pieces of one whose write was torn
+    // by the power loss: a commit that never completed, newer than the one recovered. Another
+    // torn write of that slot could complete those pieces into a valid superblock of it, whose
+    // blocks this boot reuses (the simulated power-loss test found both a wrong state and a
+    // corrupt node that way, at one point in a few thousand). Wipe the slot, durably, first.
+    let other = layout.offset(1 - slot);
+    if Superblock::decode(region.bytes(other, SUPER_BYTES as u64), "other").is_err() {
+        region.bytes_mut(other, SUPER_BYTES as u64).fill(0);
+        media.persist(other, SUPER_BYTES as u64)?;
+    }
     header.set_committed_slot(slot);
     header.set_committed_gen(sb.generation);
     header.set_committed_root(sb.root);
