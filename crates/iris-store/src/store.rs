@@ -546,7 +546,7 @@ impl Store {
                 let deadline = Instant::now() + Duration::from_secs(3);
                 loop {
                     match MappedMedia::open(path, false, LockMode::Shared, map_len, 0) {
-                        Ok(media) => return Store::open_on(Box::new(media), opts),
+                        Ok(media) => return Store::open_in(Box::new(media), opts, false),
                         Err(MediaError::InUse { .. }) if Instant::now() < deadline => {
                             std::thread::sleep(Duration::from_millis(10));
                         }
@@ -633,6 +633,12 @@ impl Store {
     /// Open a volume on `media`, recovering from the superblocks if the working header is not
     /// from this boot.
     pub fn open_on(media: Box<dyn Media>, opts: &OpenOptions) -> Result<Store> {
+        Store::open_in(media, opts, true)
+    }
+
+    /// [`Store::open_on`]; without `may_recover` (other processes have the volume open), a
+    /// working header this opener does not trust is an error, never rebuilt under them.
+    fn open_in(media: Box<dyn Media>, opts: &OpenOptions, may_recover: bool) -> Result<Store> {
         let region = Region::new(media.base(), media.mapped_len());
         let backed = media.backed_len();
         let sb = read_superblocks_raw(&region, backed)?;
@@ -664,8 +670,16 @@ impl Store {
             if header.backed_blocks() > backed / layout.bs() {
                 media.grow(layout.offset(header.backed_blocks()))?;
             }
-        } else {
+        } else if may_recover {
             recover(media.as_ref(), region, layout, header, alloc, &sb, boot_id)?;
+        } else {
+            // Live processes share this header: rebuilding it would pull their state from
+            // under them. Theirs is a layout this build does not know (another Iris build).
+            return Err(StoreError::Invalid(
+                "volume is open by processes whose shared state this build cannot read \
+                 (another Iris build?); close them, or run the same build"
+                    .into(),
+            ));
         }
         let store = Store::assemble(
             !trusted,

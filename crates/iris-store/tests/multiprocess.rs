@@ -497,3 +497,35 @@ fn an_append_killed_between_its_stores_is_whole_or_absent() {
         assert_no_leak(&s, &path, round);
     }
 }
+
+#[test]
+fn a_shared_opener_refuses_a_header_it_does_not_trust_instead_of_rebuilding_it() {
+    // Another opener has the volume: its working header is the live state of every process
+    // using it. One this build does not trust (here its magic is wiped; in life, another Iris
+    // build's layout) must not be rebuilt under them: the open fails, the first store goes on.
+    let path = volume("foreign");
+    let a = Store::open(&path, &OpenOptions::default()).expect("open");
+    a.put(Key::new(1, 1), b"kept").expect("put");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&*path)
+            .expect("open file");
+        f.write_all_at(&[0u8; 8], 2 * 4096)
+            .expect("wipe the header's magic");
+    }
+    let err = match Store::open(&path, &OpenOptions::default()) {
+        Ok(_) => panic!("a shared opener rebuilt a live header"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("another Iris build"), "{err}");
+    assert_eq!(
+        a.get_with(Key::new(1, 1), |v| v.to_vec())
+            .expect("get")
+            .as_deref(),
+        Some(&b"kept"[..])
+    );
+    a.put(Key::new(1, 2), b"still writable").expect("put");
+    a.commit().expect("commit");
+}
