@@ -1149,22 +1149,14 @@ impl Fs {
                         return Ok(Some(data.len()));
                     }
                 }
-                let at_end = off >= inode.size && inode.size > first * bs;
-                let done = if at_end {
+                // (Inside the file but past the end of its block's value, as in a file extended
+                // by truncate or fallocate and written in order, `write_in_place` appends too.)
+                let done = if off >= inode.size && inode.size > first * bs {
                     self.store.append_in_place(k, in_block, data, Some(then()))
                 } else {
                     self.store.write_in_place(k, in_block, data, Some(then()))
                 }
                 .map_err(store_err)?;
-                // Inside the file but past the end of its block's value (a file extended by
-                // truncate or fallocate, then written in order): into the block's tail.
-                let done = match done {
-                    None if !at_end => self
-                        .store
-                        .append_in_place(k, in_block, data, Some(then()))
-                        .map_err(store_err)?,
-                    done => done,
-                };
                 if let Some(put) = done {
                     self.refresh_inode_after(&inode, &put, after.get());
                     return Ok(Some(data.len()));

@@ -1266,9 +1266,10 @@ impl Store {
 
     /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make
     /// the patch `then` describes, holding only the key's partition lock: for small writes
-    /// (at most 1 KiB, inside the value) into a data block written since the last commit. A
-    /// process killed during the copy leaves it whole (see `undo`). `None` (nothing done)
-    /// when the write does not qualify; the caller then copies the block.
+    /// (at most 1 KiB, inside the value) into a data block written since the last commit; one
+    /// at or past the value's end goes to [`Store::append_in_place`]. A process killed during
+    /// the copy leaves it whole (see `undo`). `None` (nothing done) when the write does not
+    /// qualify; the caller then copies the block.
     pub fn write_in_place(
         &self,
         key: Key,
@@ -1291,8 +1292,19 @@ impl Store {
         let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
             return Ok(None);
         };
-        let end = offset.checked_add(data.len());
-        if gen != inner.header.working_gen() || end.is_none_or(|e| e > len as usize) {
+        if gen != inner.header.working_gen() {
+            return Ok(None);
+        }
+        if offset >= len as usize {
+            // Past the value's end (a file extended, then written in order): an append into
+            // the block's tail, which also needs the patched key's partition.
+            drop((txn, g));
+            return self.append_in_place(key, offset, data, then);
+        }
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|e| e > len as usize)
+        {
             return Ok(None);
         }
         let mut then = then;

@@ -1022,6 +1022,14 @@ fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
         s.get_with(second, |v| v.to_vec()).expect("get").as_deref(),
         Some(&b"abcdef"[..])
     );
+    // A write in place that starts at or past the value's end appends (a gap reads as zeros).
+    s.write_in_place(second, 8, b"ghi", Some(then(8200)))
+        .expect("write")
+        .expect("appended");
+    assert_eq!(
+        s.get_with(second, |v| v.to_vec()).expect("get").as_deref(),
+        Some(&b"abcdef\0\0ghi"[..])
+    );
     s.commit().expect("commit");
     let committed = s.get_with(key, |v| v.to_vec()).expect("get");
     assert_eq!(committed.map(|v| v.len()), Some(104));
