@@ -1052,7 +1052,9 @@ fn a_sync_of_keys_already_committed_commits_nothing() {
     assert_eq!(commits(&s), before, "a's changes were committed already");
     s.commit_through(s.written_gen(b)).expect("sync b");
     assert_eq!(commits(&s), before + 1, "b's change was not");
-    // A change in place (bytes of a block written since the last commit) dates its key too.
+    // After a put and a write in place into its block, the key is dated past the commit and its
+    // sync commits. (A block written in place was put in this generation, so its bucket is
+    // dated already; the write in place notes it again, as a second line of defence.)
     let none = || None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
     s.put(b, &[5u8; 4096]).expect("put b");
     s.write_in_place(b, 8, b"in place", none())
