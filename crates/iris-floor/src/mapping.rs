@@ -54,23 +54,93 @@ fn serve(fd: c_int, flags: c_int) {
     if flags & libc::O_APPEND != 0 {
         access |= ACCESS_APPEND;
     }
-    // SAFETY: a fresh mapping chosen by the kernel; MAP_NORESERVE reserves address space only.
-    // Pages past the file's end are never touched: the data path stays below `size_bytes`.
-    let base = unsafe {
+    let Some(base) = map_aligned(fd, prot) else {
+        return;
+    };
+    if fully_allocated(fd, size_bytes) {
+        collapse(base, size_bytes);
+    }
+    if !fdtable::install(fd, base.cast(), size_bytes, access) {
+        unmap(base.cast());
+    }
+}
+
+/// Size and alignment of a huge page.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Map MAX_FILE_BYTES of `fd` shared at a 2 MiB-aligned address (as Iris maps its volume), so
+/// the kernel can use huge pages for it; `None` if the kernel refuses.
+fn map_aligned(fd: c_int, prot: c_int) -> Option<*mut u8> {
+    let len = MAX_FILE_BYTES as usize;
+    let span = len + HUGE_PAGE;
+    // SAFETY: an anonymous PROT_NONE reservation of fresh address space; MAP_NORESERVE
+    // reserves address space only.
+    let reserved = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            MAX_FILE_BYTES as usize,
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if reserved == libc::MAP_FAILED {
+        return None;
+    }
+    let start = reserved as usize;
+    let aligned = (start + HUGE_PAGE - 1) & !(HUGE_PAGE - 1);
+    // SAFETY: `[aligned, aligned + len)` lies inside the reservation this function owns, so
+    // MAP_FIXED replaces only it. Pages past the file's end are never touched: the data path
+    // stays below the size in the fd table.
+    let base = unsafe {
+        libc::mmap(
+            aligned as *mut libc::c_void,
+            len,
             prot,
-            libc::MAP_SHARED | libc::MAP_NORESERVE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED,
             fd,
             0,
         )
     };
-    if base == libc::MAP_FAILED {
-        return;
+    let head = aligned - start;
+    let tail = span - head - len;
+    // SAFETY: the parts of the reservation outside the file mapping (all of it on failure).
+    unsafe {
+        if base == libc::MAP_FAILED {
+            libc::munmap(reserved, span);
+            return None;
+        }
+        if head > 0 {
+            libc::munmap(reserved, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
     }
-    if !fdtable::install(fd, base.cast(), size_bytes, access) {
-        unmap(base.cast());
+    Some(base.cast())
+}
+
+/// Whether every byte of the file's `size_bytes` has storage (no holes to fill with memory).
+fn fully_allocated(fd: c_int, size_bytes: u64) -> bool {
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable stat buffer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    u64::try_from(st.st_blocks).unwrap_or(0) * 512 >= size_bytes
+}
+
+/// Ask for huge pages under the whole huge pages of `[0, size_bytes)` (MADV_COLLAPSE, a hint:
+/// refused by older kernels and other file systems), as Iris does for its volume.
+fn collapse(base: *mut u8, size_bytes: u64) {
+    const MADV_COLLAPSE: c_int = 25;
+    let len = usize::try_from(size_bytes).unwrap_or(0) & !(HUGE_PAGE - 1);
+    if len > 0 {
+        // SAFETY: the range lies inside the mapping and the file backs it (fully allocated);
+        // collapsing changes no byte.
+        unsafe { libc::madvise(base.cast(), len, MADV_COLLAPSE) };
     }
 }
 

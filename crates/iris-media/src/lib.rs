@@ -9,12 +9,14 @@ mod error;
 mod latency;
 mod lock;
 mod mapped;
+mod mapping;
 mod sim;
 
 pub use error::MediaError;
 pub use latency::LatencyModel;
 pub use lock::{lock_holders, LockMode};
 pub use mapped::{MappedMedia, MediaKind};
+pub use mapping::{Mapping, HUGE_PAGE};
 pub use sim::SimMedia;
 
 /// A volume mapped into memory. All access to the bytes goes through [`Media::base`]; the media
@@ -39,6 +41,10 @@ pub trait Media: Send + Sync {
     fn share(&self) -> Result<(), MediaError> {
         Ok(())
     }
+    /// Give the backed bytes the best page size the medium has (huge pages on a RAM drive), a
+    /// hint that can take milliseconds per MiB the first time: call it off the I/O path. The
+    /// bytes do not change. Media without such pages do nothing.
+    fn settle_pages(&self) {}
 }
 
 impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
@@ -62,5 +68,8 @@ impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
     }
     fn share(&self) -> Result<(), MediaError> {
         (**self).share()
+    }
+    fn settle_pages(&self) {
+        (**self).settle_pages()
     }
 }

@@ -50,6 +50,9 @@ pub fn iris(scratch: &Path, cleanup: &mut Cleanup, data_bytes: u64) -> Result<Se
         ..CreateOptions::default()
     };
     let fs = create_volume(&volume, &opts)?;
+    // Huge pages before fio starts, as the page cache is warm for the kernel's targets (else
+    // the first cell's process would collapse them in the background while it measures).
+    fs.store().settle_pages();
     // The interposer keeps its lock files in /dev/shm, named by volume id.
     let id = fs.store().volume_id();
     for kind in ["locks", "flocks"] {

@@ -1,7 +1,8 @@
 //! The memcpy floor, measured in this process: the cell's access pattern (random aligned blocks
 //! of a file per job) as plain loads and stores on a `MAP_SHARED` mapping of a scratch file,
 //! one thread per job; for fdatasync cells each store is followed by a fence, all "durability"
-//! costs on memory. No interposer, no system call: what the hardware does.
+//! costs on memory. No interposer, no system call: what the hardware does. The file is mapped
+//! with huge pages where the kernel allows, as Iris maps its volume.
 
 use std::fs::OpenOptions;
 use std::hint::black_box;
@@ -10,7 +11,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use memmap2::MmapMut;
+use iris_media::Mapping;
 
 use super::cells::{Cell, Mode, Rw};
 use super::histogram::Histogram;
@@ -47,7 +48,7 @@ pub fn measure(
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
-                    run_job(map, cell, block_bytes, duration, job as u64)
+                    run_job(map.bytes(), cell, block_bytes, duration, job as u64)
                 })
             })
             .collect();
@@ -72,9 +73,22 @@ pub fn measure(
     })
 }
 
-/// A scratch file of `size_bytes`, mapped shared and written through once (warm: every page
-/// present before timing starts).
-fn map_file(path: &Path, size_bytes: u64) -> Result<MmapMut, String> {
+/// A scratch file's shared mapping.
+struct MappedFile(Mapping);
+
+impl MappedFile {
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is live for `self`'s life, the file backs all of it (set_len),
+        // and `&mut self` makes this the only reference into it in this process; nothing else
+        // maps the file (see `map_file`).
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr(), self.0.len()) }
+    }
+}
+
+/// A scratch file of `size_bytes`, mapped shared, given huge pages where the kernel allows (as
+/// Iris gives its volume), and written through once (warm: every page present before timing
+/// starts).
+fn map_file(path: &Path, size_bytes: u64) -> Result<MappedFile, String> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -83,12 +97,15 @@ fn map_file(path: &Path, size_bytes: u64) -> Result<MmapMut, String> {
         .open(path)
         .and_then(|f| f.set_len(size_bytes).map(|()| f))
         .map_err(|e| host_failure(path, &e))?;
-    // SAFETY: a file this process just created in its own scratch directory and unlinks at
-    // once: nothing else maps or truncates it.
-    let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| host_failure(path, &e))?;
-    for (i, b) in map.iter_mut().enumerate() {
+    let len = usize::try_from(size_bytes).map_err(|_| "file too large".to_string())?;
+    // A file this process just created in its own scratch directory and unlinks at once:
+    // nothing else maps or truncates it.
+    let mut map = MappedFile(Mapping::new(&file, len).map_err(|e| host_failure(path, &e))?);
+    for (i, b) in map.bytes().iter_mut().enumerate() {
         *b = i as u8;
     }
+    // A hint, as for the volume: refused, the small pages stay.
+    let _ = map.0.collapse(0, len);
     Ok(map)
 }
 
