@@ -1089,7 +1089,6 @@ impl Fs {
         if first == last {
             // One block: data, then size and times (see the module doc for why this order).
             let in_block = (off % bs) as usize;
-            let new_block = Cell::new(false);
             let end_in_block = in_block + data.len();
             if in_block == 0 && data.len() == bs as usize {
                 // A whole block: no old bytes to keep, so the copy runs outside the lock, and
@@ -1161,9 +1160,12 @@ impl Fs {
                     self.refresh_inode_after(&inode, &put, after.get());
                     return Ok(Some(data.len()));
                 }
-                self.store
-                    .put_sized(
-                        key(ino, Kind::Data, first),
+                // Copied (a committed block, or a new one): the size and times in the same
+                // hold of the locks, skipped as for the writes above.
+                let put = self
+                    .store
+                    .put_sized_then_patch(
+                        k,
                         |old_len| old_len.unwrap_or(0).max(end_in_block),
                         |old, out| {
                             let have = old.map_or(0, |o| o.len().min(out.len()));
@@ -1171,33 +1173,21 @@ impl Fs {
                                 // The write covers all the old bytes: nothing to keep.
                                 Some(_) if in_block == 0 && end_in_block >= have => {}
                                 Some(o) => out[..have].copy_from_slice(&o[..have]),
-                                None => new_block.set(true),
+                                None => {}
                             }
                             if in_block > have {
                                 out[have..in_block].fill(0);
                             }
                             out[in_block..end_in_block].copy_from_slice(data);
                         },
+                        Some(then()),
                     )
                     .map_err(store_err)?;
+                if !put.found {
+                    return Err(Errno::ENOENT);
+                }
+                return Ok(Some(data.len()));
             }
-            let found = self
-                .store
-                .patch_with(key(ino, Kind::Inode, 0), |rec, p| {
-                    if let Ok(i) = Inode::decode(ino, rec) {
-                        p.set(inode::SIZE_OFF, i.size.max(end));
-                        p.set(inode::MTIME_OFF, now as u64);
-                        p.set(inode::CTIME_OFF, now as u64);
-                        if new_block.get() {
-                            p.set(inode::BLOCKS_OFF, i.blocks + 1);
-                        }
-                    }
-                })
-                .map_err(store_err)?;
-            if !found {
-                return Err(Errno::ENOENT);
-            }
-            return Ok(Some(data.len()));
         }
         if let Some(done) = self.overwrite_blocks(ino, off, data, now, honor_shadow)? {
             return Ok(done);

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use heed::types::Bytes;
 use heed::{CommitOrAbort, EnvOpenOptions};
-use iris_store::{CreateOptions, Key, Store};
 use iris_media::Mapping;
+use iris_store::{CreateOptions, Key, Store};
 use redb::{ReadableDatabase, TableDefinition};
 
 const BLOCK: usize = 4096;

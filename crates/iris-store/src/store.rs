@@ -99,6 +99,15 @@ impl Patch {
         &self.words[..self.count]
     }
 
+    /// Whether every word already holds its value in `old` (the patch would change nothing).
+    fn holds_in(&self, old: &[u8]) -> bool {
+        self.words().iter().all(|&(off, w)| {
+            old.get(off..off + 8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .is_some_and(|b| u64::from_le_bytes(b) == w)
+        })
+    }
+
     /// Set the little-endian u64 at byte `offset` to `value`. At most eight words per patch;
     /// more are ignored (callers patch fixed records).
     pub fn set(&mut self, offset: usize, value: u64) {
@@ -844,6 +853,25 @@ impl Store {
         len_of: impl FnOnce(Option<usize>) -> usize,
         fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
     ) -> Result<()> {
+        self.put_sized_then_patch(
+            key,
+            len_of,
+            fill,
+            None::<ThenPatch<fn(&[u8], bool, &mut Patch)>>,
+        )
+        .map(|_| ())
+    }
+
+    /// [`Store::put_sized`], then the patch `then` describes in the same hold of every lock
+    /// (skipped as [`ThenPatch`] says): a partial write of a block, with its file's size and
+    /// times. `found` is false when the patched key is absent.
+    pub fn put_sized_then_patch(
+        &self,
+        key: Key,
+        len_of: impl FnOnce(Option<usize>) -> usize,
+        fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
+    ) -> Result<BlockPut> {
         let inner = &*self.inner;
         inner.check_writable()?;
         let mut fill = Some(fill);
@@ -852,10 +880,13 @@ impl Store {
         for attempt in 0..2 {
             let g = inner.lock()?;
             let cx = inner.cx();
+            let stamp_before = then.as_ref().map(|t| inner.header.change_stamp(t.key));
             let mut txn = Txn::begin(cx, false);
+            let mut replaced = false;
             let r = (|| {
                 let spot = txn.locate(key)?;
                 let old = txn.value_at(&spot)?;
+                replaced = old.is_some();
                 let old_bytes = old.map(|v| Node::value_bytes(&inner.region, &inner.layout, v));
                 let len = match len {
                     Some(l) => l,
@@ -904,7 +935,30 @@ impl Store {
             match r {
                 Ok(()) => {
                     txn.commit_publish();
-                    return Ok(());
+                    let (found, patched) = match then {
+                        Some(t)
+                            if replaced
+                                && t.unless_unchanged_since.is_some()
+                                && t.unless_unchanged_since == stamp_before =>
+                        {
+                            (true, false)
+                        }
+                        Some(mut t) => {
+                            let found = Self::patch_locked(inner, t.key, |old, p| {
+                                (t.patch)(old, replaced, p)
+                            })?;
+                            (found, true)
+                        }
+                        None => (true, false),
+                    };
+                    drop(g);
+                    return Ok(BlockPut {
+                        found,
+                        replaced,
+                        patched,
+                        located: None,
+                        patched_stamp: None,
+                    });
                 }
                 Err(StoreError::NoSpace)
                     if attempt == 0 && inner.header.pending_blocks() > 0 && fill.is_some() =>
@@ -1256,13 +1310,7 @@ impl Store {
         };
         let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
         let patch = Patch::chosen(old_bytes, |old, p| (t.patch)(old, true, p))?;
-        let words = patch.words();
-        let holds = |off: usize, w: u64| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&old_bytes[off..off + 8]);
-            u64::from_le_bytes(b) == w
-        };
-        if words.iter().all(|&(off, w)| holds(off, w)) {
+        if patch.holds_in(old_bytes) {
             return Ok(PatchPlan::Nothing);
         }
         if held & (1 << partition_of(t.key)) == 0 || !txn.patchable_in_place(&spot)? {
@@ -1388,6 +1436,9 @@ impl Store {
                 };
                 let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
                 let patch = Patch::chosen(old_bytes, |old, p| f(old, p))?;
+                if patch.holds_in(old_bytes) {
+                    return Ok(true); // nothing to change (times at the same coarse tick)
+                }
                 let done = txn.patch_at(&spot, patch.words())?;
                 txn.commit_publish();
                 return Ok(done == Some(true));
@@ -1411,6 +1462,11 @@ impl Store {
         };
         let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
         let patch = Patch::chosen(old_bytes, f)?;
+        if patch.holds_in(old_bytes) {
+            // Nothing to change: no copy of a committed leaf, nothing for the next commit.
+            txn.abort();
+            return Ok(true);
+        }
         let words = patch.words();
         let r = match txn.patch_at(&spot, words) {
             Ok(Some(true)) => Ok(()),

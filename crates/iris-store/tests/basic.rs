@@ -1065,3 +1065,92 @@ fn a_sync_of_keys_already_committed_commits_nothing() {
     s.commit_through(s.written_gen(b)).expect("sync b");
     assert_eq!(commits(&s), n + 1);
 }
+
+#[test]
+fn a_patch_that_changes_no_word_leaves_the_committed_tree_untouched() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let meta = Key::new(3, 0);
+    let mut rec = [0u8; 32];
+    rec[8..16].copy_from_slice(&7u64.to_le_bytes());
+    s.put(meta, &rec).expect("put");
+    s.commit().expect("commit");
+    let stamp = s.change_stamp(meta);
+    // Words that already hold their values: nothing to write, so nothing to commit.
+    assert!(s.patch_with(meta, |_, p| p.set(8, 7)).expect("patch"));
+    assert!(!s.stats().expect("stats").dirty);
+    assert_eq!(s.change_stamp(meta), stamp);
+    // One word that differs: written, and the tree has something to commit.
+    assert!(s
+        .patch_with(meta, |_, p| {
+            p.set(8, 7);
+            p.set(16, 9)
+        })
+        .expect("patch"));
+    assert!(s.stats().expect("stats").dirty);
+    let mut b = [0u8; 32];
+    s.get(meta, &mut b).expect("get");
+    assert_eq!(u64::from_le_bytes(b[8..16].try_into().expect("8")), 7);
+    assert_eq!(u64::from_le_bytes(b[16..24].try_into().expect("8")), 9);
+    // An absent key is still reported absent.
+    assert!(!s
+        .patch_with(Key::new(3, 1), |_, p| p.set(0, 1))
+        .expect("patch"));
+}
+
+#[test]
+fn a_partial_put_patches_in_the_same_hold_unless_the_stamp_holds() {
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let (data, meta) = (Key::new(4, 10), Key::new(4, 0));
+    s.put(meta, &[0u8; 16]).expect("meta");
+    let put = |unless: Option<u64>, at: usize, byte: u8, word: u64| {
+        s.put_sized_then_patch(
+            data,
+            |old| old.unwrap_or(0).max(at + 100),
+            |old, out| {
+                if let Some(o) = old {
+                    out[..o.len()].copy_from_slice(o);
+                }
+                out[at..at + 100].fill(byte);
+            },
+            Some(iris_store::ThenPatch {
+                key: meta,
+                unless_unchanged_since: unless,
+                patch: move |_: &[u8], replaced: bool, p: &mut iris_store::Patch| {
+                    p.set(0, word);
+                    p.set(8, u64::from(replaced));
+                },
+            }),
+        )
+        .expect("put")
+    };
+    let meta_words = || {
+        let mut b = [0u8; 16];
+        s.get(meta, &mut b).expect("get");
+        let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        (w(0), w(8))
+    };
+    // A new key: patched even when asked to skip, and told nothing was replaced.
+    let first = put(Some(s.change_stamp(meta)), 1000, 1, 5);
+    assert!(first.found && first.patched && !first.replaced);
+    assert_eq!(meta_words(), (5, 0));
+    // Replaced, the stamp still as the caller saw it: the patch is skipped, the bytes kept.
+    s.commit().expect("commit");
+    let second = put(Some(s.change_stamp(meta)), 2000, 2, 6);
+    assert!(second.found && !second.patched && second.replaced);
+    assert_eq!(meta_words(), (5, 0));
+    // A stale stamp: patched.
+    let stale = s.change_stamp(meta);
+    s.put(Key::new(4, 20), b"other").expect("put");
+    let third = put(Some(stale), 3000, 3, 7);
+    assert!(third.patched && third.replaced);
+    assert_eq!(meta_words(), (7, 1));
+    let mut v = vec![0u8; 4096];
+    let n = s.get(data, &mut v).expect("get").expect("present");
+    assert_eq!(n, 3100);
+    assert!(v[1000..1100].iter().all(|&b| b == 1));
+    assert!(v[2000..2100].iter().all(|&b| b == 2));
+    assert!(v[3000..3100].iter().all(|&b| b == 3));
+    // The patched key gone: reported, the put still made.
+    s.delete(meta).expect("delete");
+    assert!(!put(None, 0, 4, 8).found);
+}
