@@ -440,7 +440,18 @@ impl Inner {
     /// Take partition `p`'s lock only: enough for in-place changes of existing values of keys
     /// in that partition (see `Txn::begin_in`). Falls back to every lock when a repair is due.
     fn lock_partition(&self, p: u64) -> Result<Guard<'_>> {
-        match volume_lock::lock(&self.header, p)? {
+        let got = volume_lock::lock(&self.header, p)?;
+        self.partition_guard(p, got)
+    }
+
+    /// [`Inner::lock_partition`] if the lock is free now; `None` (nothing held) if not.
+    fn try_lock_partition(&self, p: u64) -> Option<Result<Guard<'_>>> {
+        volume_lock::try_lock(&self.header, p).map(|got| self.partition_guard(p, got))
+    }
+
+    /// The guard of partition `p`'s lock, just acquired as `got`.
+    fn partition_guard(&self, p: u64, got: Acquired) -> Result<Guard<'_>> {
+        match got {
             Acquired::Clean if !self.header.repair_needed() => Ok(Guard {
                 inner: self,
                 only: Some(p),
@@ -1159,7 +1170,19 @@ impl Store {
     /// partition's lock (every lock when the volume must grow or commit to find space). `None`
     /// when every in-flight slot is busy.
     fn reserve_block(inner: &Inner, p: u64) -> Result<Option<(u64, u64)>> {
-        let g = inner.lock_partition(p)?;
+        // Any partition's share will do: take the first whose lock is free (writers of other
+        // keys never wait here for each other), else wait for `p`'s.
+        let mut free = None;
+        for q in (0..PARTITIONS).map(|i| (p + i) % PARTITIONS) {
+            if let Some(g) = inner.try_lock_partition(q) {
+                free = Some((q, g?));
+                break;
+            }
+        }
+        let (p, g) = match free {
+            Some(found) => found,
+            None => (p, inner.lock_partition(p)?),
+        };
         let fast = if g.is_all() {
             None
         } else {

@@ -112,6 +112,17 @@ pub(crate) fn lock(header: &Header, p: u64) -> Result<Acquired> {
     }
 }
 
+/// Take the lock of partition `p` if it is free now; `None` (not taken) if another holds it.
+pub(crate) fn try_lock(header: &Header, p: u64) -> Option<Acquired> {
+    // SAFETY: the mutex was initialised by `init` and lives in the mapping for as long as the
+    // store that owns `header`; trylock never blocks.
+    match unsafe { libc::pthread_mutex_trylock(header.mutex_ptr(p)) } {
+        0 => Some(Acquired::Clean),
+        libc::EOWNERDEAD => Some(Acquired::OwnerDied),
+        _ => None,
+    }
+}
+
 /// Make partition `p`'s lock usable again after [`Acquired::OwnerDied`].
 pub(crate) fn mark_consistent(header: &Header, p: u64) {
     // SAFETY: called by the current owner of an initialised robust mutex.
