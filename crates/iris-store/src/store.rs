@@ -437,11 +437,44 @@ impl Inner {
         }
     }
 
+    /// While a writer waits for `key`'s partition lock: find the key's leaf and slot without a
+    /// lock, as a reader does, and leave them in this thread's hints, so that the walk's cache
+    /// misses fall in the wait instead of the hold (shorter holds, fewer waits for writers of
+    /// other keys) and `locate_in_place` under the lock goes straight there. B+-trees only (in a Bε-tree a
+    /// message above a leaf may shadow its value). A hint: the shape sequence read first tags
+    /// it, so a tree that changes meanwhile leaves it unused, and the lock holder checks it.
+    fn warm_spot(&self, key: Key) {
+        if self.facts.buffer_bytes != 0 {
+            return;
+        }
+        let seq = self.header.shape_seq();
+        let volume = self.facts.volume_id;
+        if hint::lookup(volume, key, seq).is_some() {
+            return;
+        }
+        let Some(_reading) = self.alloc.readers().enter() else {
+            return; // every reader slot busy: the locked walk will do
+        };
+        if let Ok(Some((leaf, slot))) = self.cx().locate_leaf(self.header.working_root(), key) {
+            hint::remember(volume, key, seq, leaf, slot);
+        }
+    }
+
     /// Take partition `p`'s lock only: enough for in-place changes of existing values of keys
     /// in that partition (see `Txn::begin_in`). Falls back to every lock when a repair is due.
     fn lock_partition(&self, p: u64) -> Result<Guard<'_>> {
         let got = volume_lock::lock(&self.header, p)?;
         self.partition_guard(p, got)
+    }
+
+    /// [`Inner::lock_partition`] for a change of `key`: when another holds the lock, the
+    /// wait walks to `key`'s leaf first (`warm_spot`), so that this writer's own hold is short.
+    fn lock_partition_for(&self, p: u64, key: Key) -> Result<Guard<'_>> {
+        if let Some(g) = self.try_lock_partition(p) {
+            return g;
+        }
+        self.warm_spot(key);
+        self.lock_partition(p)
     }
 
     /// [`Inner::lock_partition`] if the lock is free now; `None` (nothing held) if not.
@@ -1101,7 +1134,7 @@ impl Store {
         );
         inner.latency.on_write(1);
         let mut then = then;
-        let g = inner.lock_partition(p)?;
+        let g = inner.lock_partition_for(p, key)?;
         let g = if g.is_all() {
             g
         } else {
@@ -1361,7 +1394,7 @@ impl Store {
             return Ok(None);
         }
         let p = partition_of(key);
-        let g = inner.lock_partition(p)?;
+        let g = inner.lock_partition_for(p, key)?;
         if g.is_all() {
             return Ok(None);
         }

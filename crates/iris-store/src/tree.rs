@@ -68,6 +68,20 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The leaf block and slot holding `key` in a tree without message buffers (a B+-tree),
+    /// or `None` when it is absent.
+    pub fn locate_leaf(&self, root: u64, key: Key) -> Result<Option<(u64, u16)>> {
+        if root == 0 {
+            return Ok(None);
+        }
+        let mut node = self.load(root, None)?;
+        while !node.is_leaf() {
+            let i = node.route(key);
+            node = self.load(node.child(i), Some(node.level - 1))?;
+        }
+        Ok(node.search(key).ok().map(|i| (node.block, i)))
+    }
+
     /// The value a message found on the way down gives its key.
     fn shadow_value(&self, m: Shadow) -> Option<Val<'a>> {
         match m {

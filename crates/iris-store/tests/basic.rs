@@ -1154,3 +1154,77 @@ fn a_partial_put_patches_in_the_same_hold_unless_the_stamp_holds() {
     s.delete(meta).expect("delete");
     assert!(!put(None, 0, 4, 8).found);
 }
+
+#[test]
+fn writers_contending_for_one_partition_while_the_tree_changes_shape_lose_no_write() {
+    // Keys 0..256 of one high word share a writer partition: four threads overwrite their own
+    // keys there (whole blocks and small writes in place), so they keep meeting on its lock,
+    // while a fifth inserts keys elsewhere, which moves the tree's shape under their hints.
+    let (_sim, s) = sim_store(64 << 20, 4096);
+    let owned = |t: u64, i: u64| Key::new(9, t * 32 + i);
+    for t in 0..4 {
+        for i in 0..32 {
+            s.put(owned(t, i), &[0u8; 4096]).expect("seed");
+        }
+    }
+    s.commit().expect("commit");
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let s = &s;
+            scope.spawn(move || {
+                for round in 1..=300u64 {
+                    let i = (round * 7 + t) % 32;
+                    let byte = (round % 251) as u8;
+                    s.put_block(owned(t, i), 4096, |out| out.fill(byte))
+                        .expect("put");
+                    let done = s
+                        .write_in_place(
+                            owned(t, i),
+                            100,
+                            &[byte.wrapping_add(1); 50],
+                            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>,
+                        )
+                        .expect("write in place");
+                    assert!(
+                        done.is_some(),
+                        "a block written since the commit is written in place"
+                    );
+                }
+            });
+        }
+        let s = &s;
+        scope.spawn(move || {
+            for j in 0..3000u64 {
+                s.put(Key::new(10 + j % 7, j), &j.to_le_bytes())
+                    .expect("insert");
+            }
+        });
+    });
+    for t in 0..4u64 {
+        for i in 0..32u64 {
+            // The last round that wrote key i of thread t.
+            let last = (1..=300u64).rev().find(|r| (r * 7 + t) % 32 == i);
+            let mut v = vec![0u8; 4096];
+            s.get(owned(t, i), &mut v).expect("get");
+            if let Some(r) = last {
+                let byte = (r % 251) as u8;
+                assert!(v[..100].iter().all(|&b| b == byte), "key {t}/{i}");
+                assert!(
+                    v[100..150].iter().all(|&b| b == byte.wrapping_add(1)),
+                    "key {t}/{i}"
+                );
+                assert!(v[150..].iter().all(|&b| b == byte), "key {t}/{i}");
+            } else {
+                assert!(v.iter().all(|&b| b == 0));
+            }
+        }
+    }
+    for j in 0..3000u64 {
+        let mut b = [0u8; 8];
+        assert_eq!(
+            s.get(Key::new(10 + j % 7, j), &mut b).expect("get"),
+            Some(8)
+        );
+        assert_eq!(u64::from_le_bytes(b), j);
+    }
+}
