@@ -949,14 +949,22 @@ impl Fs {
         now: i64,
         honor_shadow: bool,
     ) -> FsResult<Option<(Inode, Option<u64>)>> {
-        let (stamp, inode) = self
-            .store
-            .read(|v| {
-                let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
-                Ok((stamp, self.inode_at(v, ino, stamp)))
-            })
-            .map_err(store_err)?;
-        let inode = inode?;
+        // The cache first, outside a read section (entering one costs two full barriers): a
+        // hit at the stamp read now is what a lookup would return.
+        let now_stamp = self.store.change_stamp(key(ino, Kind::Inode, 0));
+        let (stamp, inode) = match self.caches.inode(ino, now_stamp) {
+            Some(i) => (now_stamp, i),
+            None => {
+                let (stamp, inode) = self
+                    .store
+                    .read(|v| {
+                        let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
+                        Ok((stamp, self.inode_at(v, ino, stamp)))
+                    })
+                    .map_err(store_err)?;
+                (stamp, inode?)
+            }
+        };
         if honor_shadow && inode.is_shadowed() {
             return Ok(None);
         }

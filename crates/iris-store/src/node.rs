@@ -239,10 +239,13 @@ impl Node {
         if hi > lo + 8 {
             let (first, last) = (self.key(lo), self.key(hi - 1));
             if first.hi == key.hi && last.hi == key.hi && first.lo < last.lo {
-                let span = u128::from(last.lo - first.lo);
-                let at = u128::from(key.lo.clamp(first.lo, last.lo) - first.lo);
-                let g = lo + (at * u128::from(hi - 1 - lo) / span) as u16;
-                (lo, hi) = self.gallop(lo, hi, g, &before);
+                // In floating point: a 128-bit division costs tens of cycles a level, and the
+                // guess need not be exact (at <= span, so the fraction is at most 1 and the
+                // guess at most hi - 1).
+                let span = (last.lo - first.lo) as f64;
+                let at = (key.lo.clamp(first.lo, last.lo) - first.lo) as f64;
+                let g = lo + ((at / span) * f64::from(hi - 1 - lo)) as u16;
+                (lo, hi) = self.gallop(lo, hi, g.min(hi - 1), &before);
             }
         }
         while lo < hi {
