@@ -66,59 +66,14 @@ fn serve(fd: c_int, flags: c_int) {
 }
 
 /// Size and alignment of a huge page.
-const HUGE_PAGE: usize = 2 << 20;
+const HUGE_PAGE: usize = iris_media::HUGE_PAGE;
 
-/// Map MAX_FILE_BYTES of `fd` shared at a 2 MiB-aligned address (as Iris maps its volume), so
-/// the kernel can use huge pages for it; `None` if the kernel refuses.
+/// Map MAX_FILE_BYTES of `fd` shared at a 2 MiB-aligned address, as Iris maps its volume (see
+/// `iris_media::map_aligned`), so the kernel can use huge pages for it; `None` if it refuses.
+/// Pages past the file's end are never touched: the data path stays below the size in the fd
+/// table.
 fn map_aligned(fd: c_int, prot: c_int) -> Option<*mut u8> {
-    let len = MAX_FILE_BYTES as usize;
-    let span = len + HUGE_PAGE;
-    // SAFETY: an anonymous PROT_NONE reservation of fresh address space; MAP_NORESERVE
-    // reserves address space only.
-    let reserved = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if reserved == libc::MAP_FAILED {
-        return None;
-    }
-    let start = reserved as usize;
-    let aligned = (start + HUGE_PAGE - 1) & !(HUGE_PAGE - 1);
-    // SAFETY: `[aligned, aligned + len)` lies inside the reservation this function owns, so
-    // MAP_FIXED replaces only it. Pages past the file's end are never touched: the data path
-    // stays below the size in the fd table.
-    let base = unsafe {
-        libc::mmap(
-            aligned as *mut libc::c_void,
-            len,
-            prot,
-            libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED,
-            fd,
-            0,
-        )
-    };
-    let head = aligned - start;
-    let tail = span - head - len;
-    // SAFETY: the parts of the reservation outside the file mapping (all of it on failure).
-    unsafe {
-        if base == libc::MAP_FAILED {
-            libc::munmap(reserved, span);
-            return None;
-        }
-        if head > 0 {
-            libc::munmap(reserved, head);
-        }
-        if tail > 0 {
-            libc::munmap((aligned + len) as *mut libc::c_void, tail);
-        }
-    }
-    Some(base.cast())
+    iris_media::map_aligned(fd, MAX_FILE_BYTES as usize, prot, libc::MAP_NORESERVE).ok()
 }
 
 /// Whether every byte of the file's `size_bytes` has storage (no holes to fill with memory).

@@ -16,7 +16,7 @@ pub use error::MediaError;
 pub use latency::LatencyModel;
 pub use lock::{lock_holders, LockMode};
 pub use mapped::{MappedMedia, MediaKind};
-pub use mapping::{Mapping, HUGE_PAGE};
+pub use mapping::{map_aligned, Mapping, HUGE_PAGE};
 pub use sim::SimMedia;
 
 /// A volume mapped into memory. All access to the bytes goes through [`Media::base`]; the media

@@ -24,60 +24,8 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Map `len` bytes of `file` read-write and shared, at a 2 MiB-aligned address.
     pub fn new(file: &File, len: usize) -> std::io::Result<Mapping> {
-        let span = len
-            .checked_add(HUGE_PAGE)
-            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
-        // Reserve address space with room to align, then map the file over its aligned part.
-        // SAFETY: an anonymous PROT_NONE reservation touches no existing mapping.
-        let reserved = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                span,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if reserved == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let start = reserved as usize;
-        let aligned = (start + HUGE_PAGE - 1) & !(HUGE_PAGE - 1);
-        // SAFETY: `[aligned, aligned + len)` lies inside the reservation made above, which this
-        // function owns, so MAP_FIXED replaces nothing but it.
-        let ptr = unsafe {
-            libc::mmap(
-                aligned as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            let err = std::io::Error::last_os_error();
-            // SAFETY: the whole reservation is still ours.
-            unsafe { libc::munmap(reserved, span) };
-            return Err(err);
-        }
-        // Hand back the unused head and tail of the reservation.
-        let head = aligned - start;
-        let tail = span - head - len;
-        // SAFETY: both ranges are parts of the reservation outside the file mapping.
-        unsafe {
-            if head > 0 {
-                libc::munmap(reserved, head);
-            }
-            if tail > 0 {
-                libc::munmap((aligned + len) as *mut libc::c_void, tail);
-            }
-        }
-        Ok(Mapping {
-            ptr: ptr.cast(),
-            len,
-        })
+        let ptr = map_aligned(file.as_raw_fd(), len, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        Ok(Mapping { ptr, len })
     }
 
     /// Start of the mapping.
@@ -129,6 +77,68 @@ impl Mapping {
             Err(std::io::Error::last_os_error())
         }
     }
+}
+
+/// Map `len` bytes of the file open as `fd` from offset 0, `MAP_SHARED` with `prot` and the
+/// extra `flags` (e.g. `MAP_NORESERVE`), at a 2 MiB-aligned address; the caller owns the
+/// mapping and unmaps it with `munmap(ptr, len)`.
+pub fn map_aligned(
+    fd: libc::c_int,
+    len: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+) -> std::io::Result<*mut u8> {
+    let span = len
+        .checked_add(HUGE_PAGE)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+    // Reserve address space with room to align, then map the file over its aligned part.
+    // SAFETY: an anonymous PROT_NONE reservation touches no existing mapping.
+    let reserved = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if reserved == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let start = reserved as usize;
+    let aligned = (start + HUGE_PAGE - 1) & !(HUGE_PAGE - 1);
+    // SAFETY: `[aligned, aligned + len)` lies inside the reservation made above, which this
+    // function owns, so MAP_FIXED replaces nothing but it.
+    let ptr = unsafe {
+        libc::mmap(
+            aligned as *mut libc::c_void,
+            len,
+            prot,
+            libc::MAP_SHARED | libc::MAP_FIXED | flags,
+            fd,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        let err = std::io::Error::last_os_error();
+        // SAFETY: the whole reservation is still ours.
+        unsafe { libc::munmap(reserved, span) };
+        return Err(err);
+    }
+    // Hand back the unused head and tail of the reservation.
+    let head = aligned - start;
+    let tail = span - head - len;
+    // SAFETY: both ranges are parts of the reservation outside the file mapping.
+    unsafe {
+        if head > 0 {
+            libc::munmap(reserved, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
+    }
+    Ok(ptr.cast())
 }
 
 impl Drop for Mapping {
