@@ -295,8 +295,8 @@ impl Media for MappedMedia {
 
     /// A RAM drive's backed bytes become huge pages (`Mapping::collapse`), from where the last
     /// call stopped: random access then misses the TLB far less (fio 512 B random writes on a
-    /// 128 MiB file: 665-769k -> 750-965k IOPS). The page cache is shared, so the first process to do it does it
-    /// for all; later calls find the pages huge already and return quickly.
+    /// 128 MiB file: 665-769k -> 750-965k IOPS). The page cache is shared, so the first
+    /// process to do it does it for all; later calls find the pages huge and return quickly.
     fn settle_pages(&self) {
         if self.kind != MediaKind::Ram {
             return;
