@@ -310,9 +310,15 @@ impl Media for MappedMedia {
         let (Ok(from_usize), Ok(to_usize)) = (usize::try_from(from), usize::try_from(to)) else {
             return;
         };
-        // A hint: a refusal (old kernel, no huge page free) leaves the small pages.
-        let _ = self.map.collapse(from_usize, to_usize);
-        self.settled.fetch_max(to, Ordering::Relaxed);
+        // A hint: a refusal leaves the small pages. No huge page free now (EAGAIN, ENOMEM):
+        // the next call tries again; refused for good (an old kernel, huge pages denied): not.
+        let transient = matches!(
+            self.map.collapse(from_usize, to_usize),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOMEM))
+        );
+        if !transient {
+            self.settled.fetch_max(to, Ordering::Relaxed);
+        }
     }
 }
 
