@@ -30,7 +30,7 @@ pub use error::{Result, StoreError};
 pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
-    kernel_boot_id, BlockPut, BlockRef, CreateOptions, Located, Op, OpenOptions, Patch,
+    kernel_boot_id, BlockPut, BlockRef, CreateOptions, Located, NoPatch, Op, OpenOptions, Patch,
     SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View, WriteMarks,
     OVERWRITE_MAX_BLOCKS,
 };

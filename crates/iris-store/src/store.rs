@@ -120,6 +120,9 @@ impl Patch {
     }
 }
 
+/// The type of an absent [`ThenPatch`]: `None::<NoPatch>` for a put without a patch.
+pub type NoPatch = ThenPatch<fn(&[u8], bool, &mut Patch)>;
+
 /// The patch [`Store::put_block_then_patch`] applies after its put, in the same hold of the lock.
 pub struct ThenPatch<F> {
     /// The key whose value is patched (a file's inode).
@@ -897,13 +900,8 @@ impl Store {
         len_of: impl FnOnce(Option<usize>) -> usize,
         fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
     ) -> Result<()> {
-        self.put_sized_then_patch(
-            key,
-            len_of,
-            fill,
-            None::<ThenPatch<fn(&[u8], bool, &mut Patch)>>,
-        )
-        .map(|_| ())
+        self.put_sized_then_patch(key, len_of, fill, None::<NoPatch>)
+            .map(|_| ())
     }
 
     /// [`Store::put_sized`], then the patch `then` describes in the same hold of every lock
@@ -979,22 +977,8 @@ impl Store {
             match r {
                 Ok(()) => {
                     txn.commit_publish();
-                    let (found, patched) = match then {
-                        Some(t)
-                            if replaced
-                                && t.unless_unchanged_since.is_some()
-                                && t.unless_unchanged_since == stamp_before =>
-                        {
-                            (true, false)
-                        }
-                        Some(mut t) => {
-                            let found = Self::patch_locked(inner, t.key, |old, p| {
-                                (t.patch)(old, replaced, p)
-                            })?;
-                            (found, true)
-                        }
-                        None => (true, false),
-                    };
+                    let (found, patched) =
+                        Self::then_patch_locked(inner, then, replaced, stamp_before)?;
                     drop(g);
                     return Ok(BlockPut {
                         found,
@@ -1095,13 +1079,8 @@ impl Store {
     /// lock: the copy of the data, the bulk of a block write, runs in parallel with other writers.
     /// The lock is held only to allocate the block and to publish it.
     pub fn put_block(&self, key: Key, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
-        self.put_block_then_patch(
-            key,
-            len,
-            fill,
-            None::<ThenPatch<fn(&[u8], bool, &mut Patch)>>,
-        )
-        .map(|_| ())
+        self.put_block_then_patch(key, len, fill, None::<NoPatch>)
+            .map(|_| ())
     }
 
     /// [`Store::put_block`], then, in the same hold of the lock, the patch `then` describes (a
@@ -1167,20 +1146,7 @@ impl Store {
             }
         };
         txn.commit_publish();
-        let (found, patched) = match then {
-            Some(t)
-                if replaced
-                    && t.unless_unchanged_since
-                        .is_some_and(|s| Some(s) == stamp_before) =>
-            {
-                (true, false)
-            }
-            Some(mut t) => {
-                let found = Self::patch_locked(inner, t.key, |old, p| (t.patch)(old, replaced, p))?;
-                (found, true)
-            }
-            None => (true, false),
-        };
+        let (found, patched) = Self::then_patch_locked(inner, then, replaced, stamp_before)?;
         let stamp = inner.header.change_stamp(key);
         let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
         drop(g);
@@ -1506,6 +1472,31 @@ impl Store {
             inner.lock()?
         };
         Self::patch_locked(inner, key, f)
+    }
+
+    /// The patch `then` after a put under every lock, skipped when the put `replaced` a value
+    /// and the patched key's stamp still reads what the caller saw (`stamp_before`, read under
+    /// the same hold). Returns (patched key found, patched).
+    fn then_patch_locked<F: FnMut(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        then: Option<ThenPatch<F>>,
+        replaced: bool,
+        stamp_before: Option<u64>,
+    ) -> Result<(bool, bool)> {
+        match then {
+            Some(t)
+                if replaced
+                    && t.unless_unchanged_since
+                        .is_some_and(|s| Some(s) == stamp_before) =>
+            {
+                Ok((true, false))
+            }
+            Some(mut t) => {
+                let found = Self::patch_locked(inner, t.key, |old, p| (t.patch)(old, replaced, p))?;
+                Ok((found, true))
+            }
+            None => Ok((true, false)),
+        }
     }
 
     /// [`Store::patch_with`] with the lock already held.

@@ -646,12 +646,7 @@ fn a_located_block_stays_valid_while_its_stamp_holds() {
     let (_sim, s) = sim_store(8 << 20, 4096);
     let key = Key::new(9, 1);
     let put = s
-        .put_block_then_patch(
-            key,
-            4096,
-            |out| out.fill(1),
-            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>,
-        )
+        .put_block_then_patch(key, 4096, |out| out.fill(1), None::<iris_store::NoPatch>)
         .expect("put");
     let (stamp, at) = put.located.expect("out of line");
     assert!(!put.replaced);
@@ -663,12 +658,7 @@ fn a_located_block_stays_valid_while_its_stamp_holds() {
     })
     .expect("read");
     let again = s
-        .put_block_then_patch(
-            key,
-            4096,
-            |out| out.fill(2),
-            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>,
-        )
+        .put_block_then_patch(key, 4096, |out| out.fill(2), None::<iris_store::NoPatch>)
         .expect("put");
     assert!(again.replaced);
     let (stamp2, at2) = again.located.expect("out of line");
@@ -890,7 +880,7 @@ fn bytes_written_in_place_keep_the_location_and_its_stamp() {
     s.put_block(key, 4096, |out| out.fill(1)).expect("put");
     let stamp = s.change_stamp(key);
     let before = s.get_with(key, |v| v.as_ptr() as usize).expect("get");
-    let none = None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+    let none = None::<iris_store::NoPatch>;
     let put = s
         .write_in_place(key, 100, b"hello", none)
         .expect("write in place")
@@ -913,7 +903,7 @@ fn appends_into_a_blocks_tail_keep_its_location_and_move_its_stamp() {
     // inline limit, a quarter block).
     let (_sim, s) = sim_store(8 << 20, 4096);
     let key = Key::new(9, 2 << 56);
-    let none = || None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+    let none = || None::<iris_store::NoPatch>;
     s.put_block(key, 2000, |out| out.fill(1)).expect("put");
     let stamp = s.change_stamp(key);
     let before = s.get_with(key, |v| v.as_ptr() as usize).expect("get");
@@ -1055,7 +1045,7 @@ fn a_sync_of_keys_already_committed_commits_nothing() {
     // After a put and a write in place into its block, the key is dated past the commit and its
     // sync commits. (A block written in place was put in this generation, so its bucket is
     // dated already; the write in place notes it again, as a second line of defence.)
-    let none = || None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+    let none = || None::<iris_store::NoPatch>;
     s.put(b, &[5u8; 4096]).expect("put b");
     s.write_in_place(b, 8, b"in place", none())
         .expect("write")
@@ -1182,7 +1172,7 @@ fn writers_contending_for_one_partition_while_the_tree_changes_shape_lose_no_wri
                             owned(t, i),
                             100,
                             &[byte.wrapping_add(1); 50],
-                            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>,
+                            None::<iris_store::NoPatch>,
                         )
                         .expect("write in place");
                     assert!(

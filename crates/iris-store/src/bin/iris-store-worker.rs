@@ -37,7 +37,7 @@ fn group_key(prefix: u64, g: u64, j: u64) -> Key {
 /// Write round `r` of group `g` atomically; true if it took the partition path.
 fn write_group(store: &Store, prefix: u64, g: u64, r: u64) -> Result<bool, String> {
     let keys: Vec<Key> = (0..GROUP).map(|j| group_key(prefix, g, j)).collect();
-    let none = None::<ThenPatch<fn(&[u8], bool, &mut Patch)>>;
+    let none = None::<iris_store::NoPatch>;
     let done = store
         .overwrite_blocks(
             &keys,
@@ -186,8 +186,7 @@ fn run() -> Result<(), String> {
                         let data = chunk(prefix, i, r, c);
                         let at = (c * 512) as usize;
                         let k = Key::new(prefix, i);
-                        let none =
-                            None::<iris_store::ThenPatch<fn(&[u8], bool, &mut iris_store::Patch)>>;
+                        let none = None::<iris_store::NoPatch>;
                         let done = store
                             .write_in_place(k, at, &data, none)
                             .map_err(|e| e.to_string())?;
