@@ -42,7 +42,7 @@ pub trait Media: Send + Sync {
         Ok(())
     }
     /// Give the backed bytes the best page size the medium has (huge pages on a RAM drive), a
-    /// hint that can take milliseconds per MiB the first time: call it off the I/O path. The
+    /// hint that can take milliseconds per 2 MiB the first time: call it off the I/O path. The
     /// bytes do not change. Media without such pages do nothing.
     fn settle_pages(&self) {}
 }
