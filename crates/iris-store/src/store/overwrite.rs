@@ -6,8 +6,8 @@
 //! the old values back; see `undo`).
 
 use super::{
-    partition_mask, volume_lock, Acquired, BlockPut, BlockRef, Guard, Inner, Patch, PatchPlan,
-    Result, Store, ThenPatch, Txn, Val, PARTITIONS,
+    partition_mask, partition_of, volume_lock, Acquired, BlockPut, BlockRef, Guard, Inner, Patch,
+    PatchPlan, Result, Store, ThenPatch, Txn, Val, PARTITIONS,
 };
 use crate::key::Key;
 
@@ -33,30 +33,39 @@ impl Store {
         if keys.is_empty() || keys.len() > OVERWRITE_MAX_BLOCKS {
             return Ok(None);
         }
-        let held = partition_mask(keys.iter().chain(then.as_ref().map(|t| &t.key)).copied());
-        let Some(_guards) = lock_partitions(inner, held)? else {
-            return Ok(None);
-        };
-        let lowest = u64::from(held.trailing_zeros());
-        let mut txn = Txn::begin_in(inner.cx(), lowest);
-        // (spot, old block, length, old generation, slot offset) of each key.
-        let mut olds = Vec::with_capacity(keys.len());
-        for (i, k) in keys.iter().enumerate() {
-            let spot = inner.locate_in_place(&txn, *k)?;
-            let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
+        // The patched key's partition is taken only when the patch must be written: writers of
+        // disjoint blocks of one file do not all queue for its inode's partition while the
+        // inode stays as they read it (the plan's stamp check needs no lock).
+        let patch_bit = then.as_ref().map_or(0, |t| 1 << partition_of(t.key));
+        let mut held = partition_mask(keys.iter().copied());
+        let mut then = then;
+        let (_guards, lowest, mut txn, olds, start, plan) = loop {
+            let Some(guards) = lock_partitions(inner, held)? else {
                 return Ok(None);
             };
-            let at = spot.value_word_off();
-            match at {
-                Some(at) if fits(i, len) && txn.replaceable_in_place(&spot, len)? => {
-                    olds.push((spot, block, len, gen, at));
+            let lowest = u64::from(held.trailing_zeros());
+            let txn = Txn::begin_in(inner.cx(), lowest);
+            // (spot, old block, length, old generation, slot offset) of each key.
+            let mut olds = Vec::with_capacity(keys.len());
+            for (i, k) in keys.iter().enumerate() {
+                let spot = inner.locate_in_place(&txn, *k)?;
+                let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
+                    return Ok(None);
+                };
+                let at = spot.value_word_off();
+                match at {
+                    Some(at) if fits(i, len) && txn.replaceable_in_place(&spot, len)? => {
+                        olds.push((spot, block, len, gen, at));
+                    }
+                    _ => return Ok(None),
                 }
-                _ => return Ok(None),
             }
-        }
-        let mut then = then;
-        let Some((start, plan)) = Self::plan_then(inner, &txn, held, &mut then)? else {
-            return Ok(None);
+            match Self::plan_then(inner, &txn, held, &mut then)? {
+                Some((start, plan)) => break (guards, lowest, txn, olds, start, plan),
+                // Dropped in reverse order: the transaction (nothing written), then the locks.
+                None if held & patch_bit == 0 => held |= patch_bit,
+                None => return Ok(None),
+            }
         };
         // New blocks, filled under the locks: a process killed before the publishes leaves
         // them to the repair's garbage collection (the next locker finds this one dead).
