@@ -1,6 +1,7 @@
 //! The cells of the benchmark matrix: an access pattern (random read or write), a block size, a
-//! job count and a mode (page cache warm, `direct=1`, or `fdatasync` after every write), and the
-//! two plans: the full matrix of issue #6 and the quick smoke test.
+//! job count and a mode (page cache warm, `direct=1`, `fdatasync` after every write, or warm with
+//! the jobs sharing one file), and the two plans: the full matrix of issues #6 and #4 and the
+//! quick smoke test.
 
 /// Random reads or random writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -38,6 +39,9 @@ pub enum Mode {
     Direct,
     /// `fdatasync=1`: every write made durable before the next.
     Durable,
+    /// Buffered and warm, but the jobs are threads of one process sharing one file, each on its
+    /// own part of it (issue #4: writers of disjoint ranges of one file run in parallel).
+    OneFile,
 }
 
 impl Mode {
@@ -47,6 +51,7 @@ impl Mode {
             Mode::Warm => "warm",
             Mode::Direct => "direct",
             Mode::Durable => "fdatasync",
+            Mode::OneFile => "one-file",
         }
     }
 
@@ -56,11 +61,18 @@ impl Mode {
             Mode::Warm => "Buffered, page cache warm",
             Mode::Direct => "direct=1 (O_DIRECT)",
             Mode::Durable => "randwrite with fdatasync after every write",
+            Mode::OneFile => "Buffered, warm: threads on disjoint halves of one file",
         }
     }
 
+    /// Plain loads and stores see no difference between this mode and `Warm`: the memcpy floor
+    /// repeats the warm cell's numbers (no cache to bypass; one mapping or two alike).
+    pub fn memcpy_as_warm(self) -> bool {
+        matches!(self, Mode::Direct | Mode::OneFile)
+    }
+
     /// Every mode, in report order.
-    pub const ALL: [Mode; 3] = [Mode::Warm, Mode::Direct, Mode::Durable];
+    pub const ALL: [Mode; 4] = [Mode::Warm, Mode::Direct, Mode::Durable, Mode::OneFile];
 }
 
 /// One cell: what fio (or the memcpy floor) runs against every target.
@@ -72,7 +84,8 @@ pub struct Cell {
     pub rw: Rw,
     /// Bytes per I/O.
     pub block_bytes: u32,
-    /// Concurrent jobs (processes), each on its own file, queue depth 1.
+    /// Concurrent jobs, queue depth 1: processes, each on its own file (threads sharing one file
+    /// in [`Mode::OneFile`]).
     pub jobs: u32,
 }
 
@@ -109,10 +122,11 @@ const BLOCK_SIZES: [u32; 2] = [512, 4096];
 const JOB_COUNTS: [u32; 2] = [1, 2];
 
 /// The full matrix: randread and randwrite x 512 B and 4 KiB x 1 and 2 jobs, warm and direct;
-/// randwrite x 512 B and 4 KiB x 1 and 2 jobs with fdatasync. 20 cells.
+/// randwrite x 512 B and 4 KiB x 1 and 2 jobs with fdatasync; 4 KiB randwrite by two threads
+/// on the halves of one file. 21 cells.
 pub fn full() -> Vec<Cell> {
     let mut cells = Vec::new();
-    for mode in Mode::ALL {
+    for mode in [Mode::Warm, Mode::Direct, Mode::Durable] {
         let patterns: &[Rw] = match mode {
             Mode::Durable => &[Rw::RandWrite],
             _ => &[Rw::RandRead, Rw::RandWrite],
@@ -130,7 +144,13 @@ pub fn full() -> Vec<Cell> {
             }
         }
     }
-    debug_assert_eq!(cells.len(), 20);
+    cells.push(Cell {
+        mode: Mode::OneFile,
+        rw: Rw::RandWrite,
+        block_bytes: 4096,
+        jobs: 2,
+    });
+    debug_assert_eq!(cells.len(), 21);
     cells
 }
 
@@ -158,6 +178,13 @@ mod tests {
         let cells = full();
         assert_eq!(cells.iter().filter(|c| c.mode == Mode::Warm).count(), 8);
         assert_eq!(cells.iter().filter(|c| c.mode == Mode::Direct).count(), 8);
+        assert_eq!(
+            cells
+                .iter()
+                .filter(|c| c.mode == Mode::OneFile && c.jobs == 2)
+                .count(),
+            1
+        );
         assert!(cells
             .iter()
             .filter(|c| c.mode == Mode::Durable)

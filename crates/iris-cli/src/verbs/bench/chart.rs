@@ -350,8 +350,8 @@ mod tests {
             &["a <machine>".to_string()],
         );
         assert!(doc.starts_with("<svg ") && doc.ends_with("</svg>\n"));
-        assert_eq!(doc.matches("<title>").count(), 20);
-        assert_eq!(doc.matches("×</text>").count(), 20);
+        assert_eq!(doc.matches("<title>").count(), 21);
+        assert_eq!(doc.matches("×</text>").count(), 21);
         for mode in Mode::ALL {
             assert!(doc.contains(mode.title()));
         }

@@ -11,18 +11,30 @@ use super::results::Measurement;
 
 /// fio's file names: one per job, the same for every cell, so files are laid out once.
 const FILENAME_FORMAT: &str = "--filename_format=bench.$jobnum";
+/// The file the jobs of a [`Mode::OneFile`] cell share: the first job's.
+const SHARED_FILE: &str = "bench.0";
 /// The percentile reported as p99 in fio's JSON.
 const P99_KEY: &str = "99.000000";
 
-/// Arguments for one cell against files in `dir`: `runtime_secs` of time-based I/O.
+/// Arguments for one cell against files in `dir`: `runtime_secs` of time-based I/O. In
+/// [`Mode::OneFile`] the jobs are threads writing the first job's file, each its own part.
 pub fn cell_args(cell: &Cell, dir: &Path, file_bytes: u64, runtime_secs: u64) -> Vec<String> {
+    let files = if cell.mode == Mode::OneFile {
+        let part = file_bytes / u64::from(cell.jobs.max(1));
+        vec![
+            format!("--filename={SHARED_FILE}"),
+            format!("--size={part}"),
+            format!("--offset_increment={part}"),
+            "--thread".to_string(),
+        ]
+    } else {
+        vec![FILENAME_FORMAT.to_string(), format!("--size={file_bytes}")]
+    };
     let mut args = vec![
         "--name=bench".to_string(),
         format!("--directory={}", dir.display()),
-        FILENAME_FORMAT.to_string(),
         format!("--rw={}", cell.rw.fio_name()),
         format!("--bs={}", cell.block_bytes),
-        format!("--size={file_bytes}"),
         "--ioengine=psync".to_string(),
         "--iodepth=1".to_string(),
         format!("--numjobs={}", cell.jobs),
@@ -36,6 +48,7 @@ pub fn cell_args(cell: &Cell, dir: &Path, file_bytes: u64, runtime_secs: u64) ->
         format!("--direct={}", u8::from(cell.mode == Mode::Direct)),
         "--output-format=json".to_string(),
     ];
+    args.extend(files);
     if cell.mode == Mode::Durable {
         args.push("--fdatasync=1".to_string());
     }
@@ -162,5 +175,24 @@ mod tests {
         assert!(args.contains(&"--fdatasync=1".to_string()));
         assert!(args.contains(&"--direct=0".to_string()));
         assert!(args.contains(&"--directory=/iris".to_string()));
+        assert!(args.contains(&FILENAME_FORMAT.to_string()));
+        assert!(!args.contains(&"--thread".to_string()));
+        let shared = Cell {
+            mode: Mode::OneFile,
+            jobs: 2,
+            ..cells[1]
+        };
+        let args = cell_args(&shared, Path::new("/iris"), 1 << 20, 5);
+        for want in [
+            "--filename=bench.0",
+            "--size=524288",
+            "--offset_increment=524288",
+            "--thread",
+            "--direct=0",
+            "--numjobs=2",
+        ] {
+            assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+        }
+        assert!(!args.contains(&FILENAME_FORMAT.to_string()));
     }
 }

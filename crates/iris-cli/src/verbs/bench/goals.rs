@@ -31,6 +31,8 @@ impl Goal {
 const FLOOR_SHARE: f64 = 0.90;
 /// Two jobs against one.
 const JOB_SCALING: f64 = 1.9;
+/// Two threads on disjoint halves of one file against one job (issue #4).
+const ONE_FILE_SCALING: f64 = 1.7;
 /// fdatasync'd 4 KiB random writes against ext4.
 const DURABLE_OVER_EXT4: f64 = 10.0;
 /// direct=1 against the better of ext4 and xfs.
@@ -92,21 +94,37 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Goal> {
                     );
                 }
             }
+            Mode::OneFile => {}
         }
-        if c.jobs == 2 {
+        if c.mode == Mode::OneFile {
+            let one = Cell {
+                mode: Mode::Warm,
+                jobs: 1,
+                ..*c
+            };
+            add(
+                format!(
+                    "iris {} threads on one file / 1 job, {}",
+                    c.jobs,
+                    without_jobs(&one)
+                ),
+                ONE_FILE_SCALING,
+                scaling(results, r, one),
+            );
+        } else if c.jobs == 2 {
             add(
                 format!("iris 2 jobs / 1 job, {}", without_jobs(c)),
                 JOB_SCALING,
-                scaling(results, r),
+                scaling(results, r, c.with_jobs(1)),
             );
         }
     }
     goals
 }
 
-/// Iris's IOPS with two jobs over its IOPS with one, same pattern, size and mode.
-fn scaling(results: &[CellResult], two: &CellResult) -> Option<f64> {
-    let one = find(results, two.cell.with_jobs(1))?;
+/// Iris's IOPS with two jobs over its IOPS in the cell `one` (one job).
+fn scaling(results: &[CellResult], two: &CellResult, one: Cell) -> Option<f64> {
+    let one = find(results, one)?;
     let a = two.get(TargetKind::Iris)?;
     let b = one.get(TargetKind::Iris)?;
     (b.iops > 0.0).then(|| a.iops / b.iops)
@@ -154,7 +172,7 @@ mod tests {
             .collect();
         let goals = evaluate(&results);
         let count = |prefix: &str| goals.iter().filter(|g| g.name.starts_with(prefix)).count();
-        assert_eq!(count("iris / floor"), 20);
+        assert_eq!(count("iris / floor"), 21);
         assert_eq!(count("iris / best kernel"), 8);
         assert_eq!(count("iris / best of ext4, xfs"), 8);
         assert_eq!(count("iris / ext4"), 2);
@@ -165,5 +183,14 @@ mod tests {
             .expect("scaling goal");
         assert_eq!(scaling.measured, Some(2.0));
         assert_eq!(scaling.met(), Some(true));
+        let shared = goals
+            .iter()
+            .find(|g| g.name.starts_with("iris 2 threads on one file / 1 job"))
+            .expect("one-file goal");
+        assert_eq!(
+            shared.name,
+            "iris 2 threads on one file / 1 job, randwrite 4K warm"
+        );
+        assert_eq!((shared.required, shared.measured), (1.7, Some(2.0)));
     }
 }

@@ -85,8 +85,8 @@ fn run_cell(t: &FioTarget, cell: &Cell, plan: &Plan, scratch: &Path) -> Result<M
     fio::parse(&out.stdout, cell).map_err(Stop::Failed)
 }
 
-/// The memcpy floor for a cell. direct=1 changes nothing for plain loads and stores (there is
-/// no cache to bypass), so direct cells repeat the warm cell's numbers.
+/// The memcpy floor for a cell. direct=1 and one shared file change nothing for plain loads and
+/// stores (see [`Mode::memcpy_as_warm`]): those cells repeat the warm cell's numbers.
 fn memcpy_cell(
     cell: &Cell,
     earlier: &[CellResult],
@@ -94,7 +94,7 @@ fn memcpy_cell(
     scratch: &Path,
     steps: &Steps,
 ) -> results::Outcome {
-    if cell.mode == Mode::Direct {
+    if cell.mode.memcpy_as_warm() {
         let warm = Cell {
             mode: Mode::Warm,
             ..*cell

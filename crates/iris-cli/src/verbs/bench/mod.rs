@@ -44,7 +44,6 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::failure::{host_failure, say, Outcome};
-use cells::Mode;
 use cleanup::{Cleanup, Undo};
 use plan::Plan;
 use process::Stop;
@@ -231,7 +230,7 @@ fn step_count(plan: &Plan, fio_targets: usize, with_memcpy: bool, apps: bool) ->
     let memcpy_runs = plan
         .cells
         .iter()
-        .filter(|c| with_memcpy && c.mode != Mode::Direct)
+        .filter(|c| with_memcpy && !c.mode.memcpy_as_warm())
         .count() as u64;
     fio_targets as u64 * (1 + cells) + memcpy_runs + if apps { apps::STEP_COUNT } else { 0 }
 }
