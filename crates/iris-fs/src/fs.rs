@@ -139,6 +139,7 @@ pub(crate) fn get_inode_tx(tx: &Tx<'_, '_>, ino: u64) -> TxResult<Inode> {
 
 pub(crate) fn put_inode_tx(tx: &mut Tx<'_, '_>, inode: &Inode) -> TxResult<()> {
     tx.put(key(inode.ino, Kind::Inode, 0), &inode.encode())
+        .map(|_| ())
 }
 
 /// Find `name` in directory `dir`: (ino, dtype).
@@ -167,7 +168,7 @@ pub(crate) fn add_entry_tx(
     if v.len() > 4096 {
         return Err(abort(Errno::ENOSPC));
     }
-    tx.put(k, &v)
+    tx.put(k, &v).map(|_| ())
 }
 
 pub(crate) fn remove_entry_tx(tx: &mut Tx<'_, '_>, dir: u64, name: &[u8]) -> TxResult<()> {
@@ -286,7 +287,7 @@ fn count_files_tx(tx: &mut Tx<'_, '_>, delta: i64) -> TxResult<()> {
     w.copy_from_slice(&rec[16..24]);
     let files = (u64::from_le_bytes(w) as i64 + delta).max(0) as u64;
     rec[16..24].copy_from_slice(&files.to_le_bytes());
-    tx.put(key(0, Kind::Inode, 0), &rec)
+    tx.put(key(0, Kind::Inode, 0), &rec).map(|_| ())
 }
 
 /// Split a path into components, rejecting over-long names.
@@ -1214,10 +1215,9 @@ impl Fs {
                 let src = &data[(from - off) as usize..(to - off) as usize];
                 let k = key(ino, Kind::Data, block);
                 if in_block == 0 && src.len() == bs as usize {
-                    if tx.get_with(k, |_| ())?.is_none() {
+                    if !tx.put(k, src)? {
                         added += 1;
                     }
-                    tx.put(k, src)?;
                 } else {
                     let old_len = tx.get_with(k, |v| v.len())?;
                     if old_len.is_none() {

@@ -2111,9 +2111,33 @@ impl Tx<'_, '_> {
         self.get_with(key, |v| v.to_vec())
     }
 
-    /// Insert or replace.
-    pub fn put(&mut self, key: Key, value: &[u8]) -> Result<()> {
-        self.put_with(key, value.len(), |_, out| out.copy_from_slice(value))
+    /// Insert or replace; returns whether a value was replaced. The old value is not looked
+    /// up first (one walk down the tree, not two).
+    pub fn put(&mut self, key: Key, value: &[u8]) -> Result<bool> {
+        let inner = self.inner;
+        let len = value.len();
+        if len > inner.layout.block_size as usize {
+            return Err(StoreError::Invalid(format!(
+                "value of {len} bytes exceeds the block size"
+            )));
+        }
+        if len <= inner.facts.inline_max as usize {
+            return self.txn.put(key, Val::Inline(value));
+        }
+        let (block, gen) = self.txn.alloc_data()?;
+        inner
+            .region
+            .bytes_mut(inner.layout.offset(block), len as u64)
+            .copy_from_slice(value);
+        inner.latency.on_write(1);
+        self.txn.put(
+            key,
+            Val::Block {
+                block,
+                len: len as u32,
+                gen,
+            },
+        )
     }
 
     /// Insert or replace with a value of `len` bytes written by `fill`, given the old value.

@@ -478,7 +478,13 @@ fn transaction_reads_its_writes_and_is_all_or_nothing() {
     s.put(k(1), b"one").expect("put");
     let n = s
         .transact(|tx| {
-            tx.put(k(2), &value(2, 0, 4096))?;
+            // `put` says whether it replaced a value, inline or out of line.
+            assert!(!tx.put(k(2), &value(2, 0, 4096))?);
+            assert!(tx.put(k(2), &value(2, 1, 4096))?);
+            assert_eq!(tx.get(k(2))?, Some(value(2, 1, 4096)));
+            assert!(!tx.put(k(4), b"four")?);
+            assert!(tx.put(k(4), b"four")?);
+            assert!(tx.delete(k(4))?);
             tx.put_with(k(1), 6, |old, out| {
                 out[..3].copy_from_slice(old.unwrap_or(b"???"));
                 out[3..].copy_from_slice(b"+++");
