@@ -8,6 +8,8 @@
 //! after the publish: freed at once when no commit references them, else freed by the next commit
 //! (or kept while a snapshot needs them).
 
+use std::cell::Cell;
+
 use iris_media::Media;
 
 use crate::allocator::Allocator;
@@ -305,6 +307,21 @@ pub(crate) struct Txn<'a> {
     reserve: bool,
     /// A key whose bytes changed in place (no stamp moves for that): noted as written too.
     written_in_place: Option<Key>,
+    /// The last walk down the tree, reused by the next one for a key of the same leaf (a
+    /// write of consecutive blocks walks once per leaf, not once per block). Cleared by every
+    /// change of shape.
+    finger: Cell<Option<Finger>>,
+}
+
+/// A walk from the root to a leaf, and the keys that leaf covers: `lo <= key < hi` (`hi`
+/// `None`: no upper bound), as the separators on the way say.
+#[derive(Clone, Copy)]
+struct Finger {
+    lo: Key,
+    hi: Option<Key>,
+    path: Path,
+    depth: usize,
+    leaf: u64,
 }
 
 impl<'a> Txn<'a> {
@@ -322,6 +339,7 @@ impl<'a> Txn<'a> {
             in_place: false,
             reserve: false,
             written_in_place: None,
+            finger: Cell::new(None),
         }
     }
 
@@ -469,7 +487,8 @@ impl<'a> Txn<'a> {
     pub fn put(&mut self, key: Key, val: Val<'_>) -> Result<bool> {
         let spot = self.locate(key)?;
         self.put_at(&spot, key, val)?;
-        Ok(spot.slot.is_ok())
+        // In a Bε-tree a message above the leaf (a delete, a newer value) decides.
+        Ok(spot.present())
     }
 
     /// Insert or replace `key` at the spot `locate` found (nothing changed the tree since; the
@@ -713,15 +732,31 @@ impl<'a> Txn<'a> {
     /// Walk from the root to the leaf for `key`, recording (node, slot) on the way, and the
     /// first (newest) message for `key` met in a buffer.
     fn descend(&self, key: Key) -> Result<(Path, usize, Node, Option<Shadow>)> {
+        // Buffered trees keep messages on the way down: walk them every time.
+        let fingered = self.cx.buffer == 0;
+        if let Some(f) = self.finger.get().filter(|_| fingered) {
+            if f.lo <= key && f.hi.is_none_or(|hi| key < hi) {
+                return Ok((f.path, f.depth, self.cx.load(f.leaf, Some(0))?, None));
+            }
+        }
         let mut node = self.cx.load(self.root, None)?;
         let mut path = [Step::default(); MAX_HEIGHT];
         let mut depth = 0;
         let mut shadow = None;
+        let (mut lo, mut hi) = (Key::MIN, None);
         while !node.is_leaf() {
             if shadow.is_none() {
                 shadow = node.find_message(key)?;
             }
             let i = node.route(key);
+            // Child `i` holds the keys from its separator (the first child: from the parent's
+            // lower bound) to the next separator.
+            if i > 0 {
+                lo = node.key(i);
+            }
+            if i + 1 < node.count {
+                hi = Some(node.key(i + 1));
+            }
             path[depth] = Step {
                 block: node.block,
                 level: node.level,
@@ -729,6 +764,15 @@ impl<'a> Txn<'a> {
             };
             depth += 1;
             node = self.cx.load(node.child(i), Some(node.level - 1))?;
+        }
+        if fingered {
+            self.finger.set(Some(Finger {
+                lo,
+                hi,
+                path,
+                depth,
+                leaf: node.block,
+            }));
         }
         Ok((path, depth, node, shadow))
     }
@@ -812,6 +856,7 @@ impl<'a> Txn<'a> {
 
     /// Replace the child at each level of `path` bottom-up until one store publishes the change.
     fn propagate(&mut self, path: &Path, depth: usize, mut children: Children) -> Result<()> {
+        self.finger.set(None);
         for d in (0..depth).rev() {
             let step = path[d];
             let (parent, idx) = (self.cx.load(step.block, Some(step.level))?, step.slot);
@@ -880,6 +925,7 @@ impl<'a> Txn<'a> {
 
     /// Make `root` the transaction's root (published now unless a batch).
     fn install_root(&mut self, mut root: u64) -> Result<()> {
+        self.finger.set(None);
         // An internal root with one child and no messages is replaced by the child.
         while root != 0 {
             let node = self.cx.load(root, None)?;

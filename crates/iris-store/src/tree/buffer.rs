@@ -17,6 +17,7 @@ impl<'a> Txn<'a> {
     /// Add a message for `key` (`None`: delete) to the root's buffer, flushing as needed. The
     /// root is internal.
     pub(super) fn put_message(&mut self, key: Key, val: Option<Val<'_>>) -> Result<()> {
+        self.finger.set(None);
         let root = self.cx.load(self.root, None)?;
         if root.is_leaf() {
             return Err(StoreError::Invalid("a message for a leaf root".into()));
