@@ -999,7 +999,7 @@ impl Fs {
         let bs = self.block_size;
         let end = off + data.len() as u64;
         let (first, last) = (off / bs, (end - 1) / bs);
-        if (last - first + 1) as usize > iris_store::OVERWRITE_MAX_BLOCKS {
+        if (last - first + 1) as usize > self.store.overwrite_max_blocks() {
             return Ok(None);
         }
         let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {

@@ -32,7 +32,6 @@ pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
     kernel_boot_id, BlockPut, BlockRef, CreateOptions, Located, NoPatch, Op, OpenOptions, Patch,
     SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View, WriteMarks,
-    OVERWRITE_MAX_BLOCKS,
 };
 pub use stream::copy_streaming;
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

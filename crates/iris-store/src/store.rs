@@ -26,8 +26,6 @@ use crate::volume_lock::{self, Acquired};
 mod hint;
 mod overwrite;
 
-pub use overwrite::OVERWRITE_MAX_BLOCKS;
-
 /// How to create a volume.
 #[derive(Clone, Debug)]
 pub struct CreateOptions {

@@ -43,10 +43,18 @@ const ARMED_WORDS: u64 = 3;
 const WORD_ENTRY: u64 = 16;
 /// Most words one record holds.
 pub(crate) const UNDO_MAX_WORDS: usize = (UNDO_MAX_BYTES / WORD_ENTRY) as usize;
+/// State word: as [`ARMED_SLOTS`], with the entries past the record's own in an overflow
+/// block (named in the block field) that nothing else references.
+const ARMED_SLOTS_EXT: u64 = 4;
 /// Bytes of one slot entry: the slot's region offset, its old block and generation.
 const SLOT_ENTRY: u64 = 24;
-/// Most slots one record holds.
+/// Most slots one record holds in itself.
 pub(crate) const UNDO_MAX_SLOTS: usize = (UNDO_MAX_BYTES / SLOT_ENTRY) as usize;
+
+/// Most slots one record holds with an overflow block of `block_size` bytes.
+pub(crate) fn max_slots_with_overflow(block_size: u64) -> usize {
+    UNDO_MAX_SLOTS + (block_size / SLOT_ENTRY) as usize
+}
 
 /// The undo records of one volume.
 #[derive(Clone, Copy)]
@@ -92,20 +100,41 @@ impl Undo {
 
     /// Note the old value (block, generation) of each leaf value slot at region offset `at`,
     /// before they are republished one by one (caller holds partition `p`'s lock and the locks
-    /// of every key concerned; at most [`UNDO_MAX_SLOTS`]). [`Undo::disarm`] follows the last.
-    pub fn arm_slots(&self, p: u64, slots: &[(u64, u64, u64)]) {
-        debug_assert!(slots.len() <= UNDO_MAX_SLOTS);
+    /// of every key concerned). Past [`UNDO_MAX_SLOTS`] the rest go into `overflow`, a block the
+    /// caller allocated and nothing references (at most [`max_slots_with_overflow`] in all); it
+    /// must stay allocated until the record is disarmed (a repair reads it). [`Undo::disarm`]
+    /// follows the last.
+    pub fn arm_slots(&self, p: u64, slots: &[(u64, u64, u64)], overflow: Option<u64>) {
         let rec = self.at(p);
+        let inline = slots.len().min(UNDO_MAX_SLOTS);
+        let state = match overflow {
+            Some(block) if slots.len() > UNDO_MAX_SLOTS => {
+                debug_assert!(slots.len() <= max_slots_with_overflow(self.layout.bs()));
+                let base = self.layout.offset(block);
+                for (j, entry) in slots[inline..].iter().enumerate() {
+                    self.write_slot(base + j as u64 * SLOT_ENTRY, *entry);
+                }
+                self.region.write_u64(rec + BLOCK, block);
+                ARMED_SLOTS_EXT
+            }
+            _ => {
+                debug_assert!(slots.len() <= UNDO_MAX_SLOTS);
+                ARMED_SLOTS
+            }
+        };
         self.region.write_u64(rec + LEN, slots.len() as u64);
-        for (i, (at, block, gen)) in slots.iter().enumerate() {
-            let e = rec + BYTES + i as u64 * SLOT_ENTRY;
-            self.region.write_u64(e, *at);
-            self.region.write_u64(e + 8, *block);
-            self.region.write_u64(e + 16, *gen);
+        for (i, entry) in slots[..inline].iter().enumerate() {
+            self.write_slot(rec + BYTES + i as u64 * SLOT_ENTRY, *entry);
         }
         self.region
             .atomic_u64(rec + STATE)
-            .store(ARMED_SLOTS, Ordering::Release);
+            .store(state, Ordering::Release);
+    }
+
+    fn write_slot(&self, e: u64, (at, block, gen): (u64, u64, u64)) {
+        self.region.write_u64(e, at);
+        self.region.write_u64(e + 8, block);
+        self.region.write_u64(e + 16, gen);
     }
 
     /// Note the old value of each 8-byte word at region offset `at` inside tree nodes, before
@@ -153,18 +182,32 @@ impl Undo {
             .store(0, Ordering::Release);
     }
 
-    /// Put back the old values of the slots a dead process was republishing.
-    fn roll_back_slots(&self, rec: u64) -> bool {
+    /// Put back the old values of the slots a dead process was republishing; `ext`: past the
+    /// record's own entries, the rest are in its overflow block.
+    fn roll_back_slots(&self, rec: u64, ext: bool) -> bool {
         let n = self.region.read_u64(rec + LEN);
-        if n > UNDO_MAX_SLOTS as u64 {
+        let overflow = self.region.read_u64(rec + BLOCK);
+        let max = if ext {
+            max_slots_with_overflow(self.layout.bs())
+        } else {
+            UNDO_MAX_SLOTS
+        };
+        if n > max as u64
+            || (ext && !(self.layout.data_start..self.layout.max_blocks).contains(&overflow))
+        {
             return false;
         }
         let end = self.layout.offset(self.layout.max_blocks);
         for i in 0..n {
-            let e = rec + BYTES + i * SLOT_ENTRY;
+            let e = if i < UNDO_MAX_SLOTS as u64 {
+                rec + BYTES + i * SLOT_ENTRY
+            } else {
+                self.layout.offset(overflow) + (i - UNDO_MAX_SLOTS as u64) * SLOT_ENTRY
+            };
             let at = self.region.read_u64(e);
             let (block, gen) = (self.region.read_u64(e + 8), self.region.read_u64(e + 16));
-            let in_data = at >= self.layout.offset(self.layout.data_start) && at + 16 <= end;
+            let in_data = at >= self.layout.offset(self.layout.data_start)
+                && at.checked_add(16).is_some_and(|x| x <= end);
             if in_data
                 && at.is_multiple_of(8)
                 && block >= self.layout.data_start
@@ -185,7 +228,8 @@ impl Undo {
             let rec = self.at(p);
             let done = match self.region.atomic_u64(rec + STATE).load(Ordering::Acquire) {
                 ARMED => self.copy_bytes(rec),
-                ARMED_SLOTS => self.roll_back_slots(rec),
+                ARMED_SLOTS => self.roll_back_slots(rec, false),
+                ARMED_SLOTS_EXT => self.roll_back_slots(rec, true),
                 ARMED_WORDS => self.roll_back_words(rec),
                 _ => continue,
             };
@@ -268,6 +312,43 @@ mod tests {
             .atomic_u64(rec + STATE)
             .store(ARMED, Ordering::Release);
         assert_eq!(undo.roll_back(), 0);
+    }
+
+    #[test]
+    fn slots_past_the_records_room_are_put_back_from_the_overflow_block() {
+        let layout = Layout::new(4096, 256).expect("layout");
+        let mut buf = vec![0u64; (256 * 4096 / 8) as usize];
+        let region = Region::new(buf.as_mut_ptr().cast(), 256 * 4096);
+        let undo = Undo::new(region, layout);
+        let leaf = layout.offset(layout.data_start + 1);
+        let overflow = layout.data_start + 2;
+        let n = max_slots_with_overflow(layout.bs());
+        assert_eq!(n, UNDO_MAX_SLOTS + 170);
+        // Slot i of a leaf holds (block, generation); the old ones are (10 + i, 1).
+        let slots: Vec<(u64, u64, u64)> = (0..n as u64)
+            .map(|i| (leaf + i * 16, layout.data_start + 10 + i % 200, 1))
+            .collect();
+        undo.arm_slots(3, &slots, Some(overflow));
+        // A writer killed after republishing every slot but the last two.
+        for (at, _, _) in &slots[..n - 2] {
+            region.write_u64(*at, layout.data_start + 5);
+            region.write_u64(*at + 8, 2);
+        }
+        assert_eq!(undo.roll_back(), 1);
+        for (at, block, gen) in &slots {
+            assert_eq!(
+                (region.read_u64(*at), region.read_u64(*at + 8)),
+                (*block, *gen)
+            );
+        }
+        assert_eq!(undo.roll_back(), 0, "a record is rolled back once");
+
+        // An overflow block outside the data area: the record is dropped, nothing written.
+        undo.arm_slots(3, &slots, Some(overflow));
+        region.write_u64(slots[0].0, layout.data_start + 5);
+        region.write_u64(layout.header_off + undo_off(3) + BLOCK, layout.max_blocks);
+        assert_eq!(undo.roll_back(), 0);
+        assert_eq!(region.read_u64(slots[0].0), layout.data_start + 5);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!   committing after each round and printing `acked R` (see [`block`] for the contents).
 //! - `patcher VOLUME PREFIX KEYS`: like `overwriter`, but each round rewrites every key in eight
 //!   512-byte writes (in place when the store allows, else by copying the block; see [`chunk`]).
-//! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight whole-block keys, each key of a
+//! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight (`$IRIS_GROUP`) whole-block keys, each key of a
 //!   group in another 1 MiB region (so in several writer partitions); every round writes each
 //!   group twice, as one atomic write of its eight blocks (`Store::overwrite_blocks`, which
 //!   takes only the groups' partition locks, when it applies; else a batch), commits, and prints
@@ -26,8 +26,13 @@ use std::path::Path;
 
 use iris_store::{Key, Op, OpenOptions, Patch, Store, ThenPatch};
 
-/// Keys in one group of the grouper.
-const GROUP: u64 = 8;
+/// Keys in one group of the grouper: `$IRIS_GROUP`, else eight.
+fn group_size() -> u64 {
+    std::env::var("IRIS_GROUP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+}
 
 /// Key `j` of group `g` of the grouper: a region of the key space (256 keys) per member.
 fn group_key(prefix: u64, g: u64, j: u64) -> Key {
@@ -36,7 +41,7 @@ fn group_key(prefix: u64, g: u64, j: u64) -> Key {
 
 /// Write round `r` of group `g` atomically; true if it took the partition path.
 fn write_group(store: &Store, prefix: u64, g: u64, r: u64) -> Result<bool, String> {
-    let keys: Vec<Key> = (0..GROUP).map(|j| group_key(prefix, g, j)).collect();
+    let keys: Vec<Key> = (0..group_size()).map(|j| group_key(prefix, g, j)).collect();
     let none = None::<iris_store::NoPatch>;
     let done = store
         .overwrite_blocks(

@@ -11,10 +11,13 @@ use super::{
 };
 use crate::key::Key;
 
-/// Most blocks one overwrite replaces without every lock (the undo record's capacity).
-pub const OVERWRITE_MAX_BLOCKS: usize = crate::undo::UNDO_MAX_SLOTS;
-
 impl Store {
+    /// Most blocks one [`Store::overwrite_blocks`] replaces (the undo record's capacity with
+    /// one overflow block: 212 blocks of 4 KiB).
+    pub fn overwrite_max_blocks(&self) -> usize {
+        crate::undo::max_slots_with_overflow(self.inner.layout.bs())
+    }
+
     /// Replace the out-of-line values of `keys` with new blocks of the same lengths, filled by
     /// `fill(i, old bytes, new bytes)`, then make the patch `then` describes, holding only the
     /// locks of the partitions of `keys` and of the patched key. It applies when every key holds
@@ -30,7 +33,7 @@ impl Store {
     ) -> Result<Option<BlockPut>> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        if keys.is_empty() || keys.len() > OVERWRITE_MAX_BLOCKS {
+        if keys.is_empty() || keys.len() > self.overwrite_max_blocks() {
             return Ok(None);
         }
         // The patched key's partition is taken only when the patch must be written: writers of
@@ -69,8 +72,10 @@ impl Store {
         };
         // New blocks, filled under the locks: a process killed before the publishes leaves
         // them to the repair's garbage collection (the next locker finds this one dead).
-        let mut fresh = Vec::with_capacity(keys.len());
-        for _ in keys {
+        // Past the undo record's own room, its entries go into one more block.
+        let overflows = usize::from(keys.len() > crate::undo::UNDO_MAX_SLOTS);
+        let mut fresh = Vec::with_capacity(keys.len() + overflows);
+        for _ in 0..keys.len() + overflows {
             match inner.alloc.alloc_in(lowest) {
                 Some(b) => fresh.push(b),
                 None => {
@@ -81,6 +86,7 @@ impl Store {
                 }
             }
         }
+        let overflow = if overflows > 0 { fresh.pop() } else { None };
         for (i, (&b, (_, old, len, _, _))) in fresh.iter().zip(&olds).enumerate() {
             let len = u64::from(*len);
             let old = inner.region.bytes(inner.layout.offset(*old), len);
@@ -92,7 +98,7 @@ impl Store {
             .iter()
             .map(|(_, block, _, gen, at)| (*at, *block, *gen))
             .collect();
-        inner.undo.arm_slots(lowest, &slots);
+        inner.undo.arm_slots(lowest, &slots, overflow);
         // Readers of these partitions read again if they overlap the publishes (a write is
         // atomic to readers too); a writer killed among them leaves the sequences odd until the
         // repair.
@@ -103,6 +109,9 @@ impl Store {
         {
             if n == 3 {
                 crate::failpoint::hit("overwrite-publish");
+            }
+            if n + 2 == olds.len() {
+                crate::failpoint::hit("overwrite-publish-late");
             }
             let val = Val::Block {
                 block,
@@ -118,6 +127,10 @@ impl Store {
             }
         }
         inner.undo.disarm(lowest);
+        if let Some(b) = overflow {
+            // Referenced by nothing, read by no reader: free at once.
+            inner.alloc.free_now(b);
+        }
         Self::finish_in_place(inner, txn, None, start, plan).map(Some)
     }
 }
