@@ -1207,6 +1207,20 @@ impl Fs {
         if let Some(done) = self.overwrite_blocks(ino, off, data, now, honor_shadow)? {
             return Ok(done);
         }
+        // The blocks this write covers whole are copied before the transaction, outside every
+        // lock: it then holds them only for its walk down the tree.
+        let first_whole = off.div_ceil(bs);
+        let whole = (end / bs).saturating_sub(first_whole);
+        let prepared = if whole >= 2 {
+            self.store
+                .prepare_blocks(whole as usize, |j, out| {
+                    let from = ((first_whole + j as u64) * bs - off) as usize;
+                    iris_store::copy_streaming(out, &data[from..from + out.len()]);
+                })
+                .map_err(store_err)?
+        } else {
+            None
+        };
         let written = self.tx(|tx| {
             let mut i = get_inode_tx(tx, ino)?;
             if honor_shadow && i.is_shadowed() {
@@ -1221,7 +1235,17 @@ impl Fs {
                 let src = &data[(from - off) as usize..(to - off) as usize];
                 let k = key(ino, Kind::Data, block);
                 if in_block == 0 && src.len() == bs as usize {
-                    if !tx.put(k, src)? {
+                    let j = (block - first_whole) as usize;
+                    let put = match &prepared {
+                        Some(p) if j < p.len() => tx.put_prepared(k, p, j)?,
+                        _ => None,
+                    };
+                    let replaced = match put {
+                        Some(replaced) => replaced,
+                        // Not prepared (or freed by an aborted attempt): copied here.
+                        None => tx.put(k, src)?,
+                    };
+                    if !replaced {
                         added += 1;
                     }
                 } else {

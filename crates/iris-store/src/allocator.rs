@@ -43,6 +43,12 @@ pub(crate) struct Allocator {
     readers: Readers,
 }
 
+/// Entries of a list of in-flight blocks in one block of `block_size` bytes (a count, then
+/// the blocks).
+pub(crate) fn list_capacity(block_size: u64) -> usize {
+    (block_size / 8 - 1) as usize
+}
+
 /// Bitmap words per cache line: the unit of a partition's share.
 const LINE_WORDS: u64 = 8;
 /// Lines of its share a partition walks before it falls back to the whole bitmap.
@@ -89,11 +95,68 @@ impl Allocator {
     /// Free the blocks of writers that died between allocating and publishing them (caller holds
     /// every lock).
     pub fn reap_dead_writers(&self) {
-        for b in self.readers.reap_dead() {
-            if self.is_used(b) {
-                self.free_now(b);
+        for word in self.readers.reap_dead() {
+            for b in self.inflight_blocks(word) {
+                if self.is_used(b) {
+                    self.free_now(b);
+                }
             }
         }
+    }
+
+    /// Blocks live writers are filling outside the lock (caller holds every lock).
+    pub fn reserved(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for word in self.readers.reserved() {
+            out.extend(self.inflight_blocks(word));
+        }
+        out
+    }
+
+    /// The blocks an in-flight slot's word names: one block, or a list block and the blocks
+    /// it lists (entries past a torn count or outside the data area are skipped).
+    fn inflight_blocks(&self, word: u64) -> Vec<u64> {
+        let data = self.layout.data_start..self.layout.max_blocks;
+        if word & crate::readers::INFLIGHT_LIST == 0 {
+            return if data.contains(&word) {
+                vec![word]
+            } else {
+                Vec::new()
+            };
+        }
+        let list = word & !crate::readers::INFLIGHT_LIST;
+        if !data.contains(&list) {
+            return Vec::new();
+        }
+        let at = self.layout.offset(list);
+        let count = self
+            .region
+            .atomic_u64(at)
+            .load(Ordering::Acquire)
+            .min(list_capacity(self.layout.bs()) as u64);
+        let mut out = vec![list];
+        out.extend(
+            (0..count)
+                .map(|i| self.region.read_u64(at + 8 + i * 8))
+                .filter(|b| data.contains(b)),
+        );
+        out
+    }
+
+    /// Start a list of blocks to fill outside the lock in block `list` (allocated by the
+    /// caller): empty until [`Allocator::list_push`].
+    pub fn list_start(&self, list: u64) {
+        self.region
+            .atomic_u64(self.layout.offset(list))
+            .store(0, Ordering::Release);
+    }
+
+    /// Add block `b` as entry `i` of list `list` (entries in order, at most
+    /// [`list_capacity`]): the entry first, then the count that makes it part of the list.
+    pub fn list_push(&self, list: u64, i: u64, b: u64) {
+        let at = self.layout.offset(list);
+        self.region.write_u64(at + 8 + i * 8, b);
+        self.region.atomic_u64(at).store(i + 1, Ordering::Release);
     }
 
     /// Wait out the readers, then free every block parked in partition `p`'s limbo.

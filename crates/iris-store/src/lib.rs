@@ -31,7 +31,7 @@ pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
     kernel_boot_id, BlockPut, BlockRef, CreateOptions, Located, NoPatch, Op, OpenOptions, Patch,
-    SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View, WriteMarks,
+    Prepared, SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View, WriteMarks,
 };
 pub use stream::copy_streaming;
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

@@ -18,6 +18,9 @@ use crate::region::Region;
 
 /// An in-flight slot's owner while it is being claimed.
 const CLAIMING: u64 = 1;
+/// In an in-flight slot's block word: the block is a list of blocks being filled (see
+/// `Allocator::prepare`), not one.
+pub(crate) const INFLIGHT_LIST: u64 = 1 << 63;
 
 /// Offset of entry `i` of partition `p`'s limbo list inside the header.
 const fn limbo_entry_off(p: u64, i: u64) -> u64 {
@@ -247,9 +250,10 @@ impl Readers {
             .store(0, Ordering::Release);
     }
 
-    /// Clear the slots of writers that died while filling a block; returns those blocks, which
-    /// nothing references (caller holds every lock, so no slot is being claimed: one still marked
-    /// as claiming belongs to a writer killed in `reserve`, and names no block yet).
+    /// Clear the slots of writers that died while filling a block; returns those blocks' words
+    /// (a block, or a list of them marked [`INFLIGHT_LIST`]), which nothing references (caller
+    /// holds every lock, so no slot is being claimed: one still marked as claiming belongs to a
+    /// writer killed in `reserve`, and names no block yet).
     pub fn reap_dead(&self) -> Vec<u64> {
         let mut out = Vec::new();
         for i in 0..INFLIGHT_SLOTS {
@@ -265,8 +269,8 @@ impl Readers {
         out
     }
 
-    /// Blocks reserved by live writers; slots of dead processes are cleared (their blocks become
-    /// garbage). Caller holds every lock (see `reap_dead`).
+    /// The words (see `reap_dead`) of blocks reserved by live writers; slots of dead processes
+    /// are cleared (their blocks become garbage). Caller holds every lock (see `reap_dead`).
     pub fn reserved(&self) -> Vec<u64> {
         let mut out = Vec::new();
         for i in 0..INFLIGHT_SLOTS {

@@ -266,7 +266,7 @@ pub(crate) fn collect(cx: &Ctx<'_>) -> Result<u64> {
     }
     h.set_snapshot_held(all.count() - live_count);
     // Blocks being filled outside the lock by live writers are not garbage yet.
-    for b in cx.alloc.readers().reserved() {
+    for b in cx.alloc.reserved() {
         all.set(b);
     }
     Ok(cx.alloc.sweep(all.words()))

@@ -25,6 +25,9 @@ use crate::volume_lock::{self, Acquired};
 
 mod hint;
 mod overwrite;
+mod prepared;
+
+pub use prepared::Prepared;
 
 /// How to create a volume.
 #[derive(Clone, Debug)]
@@ -1631,6 +1634,7 @@ impl Store {
             let mut tx = Tx {
                 inner,
                 txn: Txn::begin(inner.cx(), true),
+                attempt: ATTEMPTS.fetch_add(1, Ordering::Relaxed),
             };
             match f(&mut tx) {
                 Ok(r) => {
@@ -1903,7 +1907,7 @@ impl Store {
         let mut leaked = 0;
         let mut leaked_sample = Vec::new();
         inner.alloc.reap_dead_writers();
-        let reserved = inner.alloc.readers().reserved();
+        let reserved: std::collections::HashSet<u64> = inner.alloc.reserved().into_iter().collect();
         for b in inner.layout.data_start..inner.layout.max_blocks {
             if reserved.contains(&b) {
                 continue;
@@ -2087,7 +2091,12 @@ impl View<'_> {
 pub struct Tx<'s, 'c> {
     inner: &'s Inner,
     txn: Txn<'c>,
+    /// This attempt's number, unique in the process (see `prepared`).
+    attempt: u64,
 }
+
+/// Numbers for transaction attempts.
+static ATTEMPTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Tx<'_, '_> {
     /// Mark this transaction as one that frees space (deleting files or ranges): it may use the

@@ -307,6 +307,9 @@ pub(crate) struct Txn<'a> {
     reserve: bool,
     /// A key whose bytes changed in place (no stamp moves for that): noted as written too.
     written_in_place: Option<Key>,
+    /// Data blocks filled outside the lock that this transaction took over (see
+    /// `store::prepared`): freed if it aborts, as its own fresh blocks are.
+    adopted: Vec<u64>,
     /// The last walk down the tree, reused by the next one for a key of the same leaf (a
     /// write of consecutive blocks walks once per leaf, not once per block). Cleared by every
     /// change of shape.
@@ -339,6 +342,7 @@ impl<'a> Txn<'a> {
             in_place: false,
             reserve: false,
             written_in_place: None,
+            adopted: Vec::new(),
             finger: Cell::new(None),
         }
     }
@@ -988,6 +992,20 @@ impl<'a> Txn<'a> {
         for b in self.fresh.take().iter() {
             self.cx.alloc.free_now(b);
         }
+        for b in std::mem::take(&mut self.adopted) {
+            self.cx.alloc.free_now(b);
+        }
+    }
+
+    /// Take over `blocks`, filled outside the lock and referenced by nothing yet: this
+    /// transaction publishes them, or frees them if it aborts.
+    pub fn adopt(&mut self, blocks: &[u64]) {
+        self.adopted.extend_from_slice(blocks);
+    }
+
+    /// The working generation this transaction writes in (a new out-of-line value's birth).
+    pub fn working_gen(&self) -> u64 {
+        self.wgen
     }
 }
 

@@ -1363,3 +1363,76 @@ fn a_transaction_writing_runs_of_neighbouring_keys_through_splits_matches_a_mode
         assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
     }
 }
+
+#[test]
+fn prepared_blocks_are_published_by_a_transaction_or_freed_without_a_leak() {
+    let (_sim, s) = sim_store(32 << 20, 4096);
+    let used = || s.stats().expect("stats").used_blocks;
+    let fill = |base: u8| move |i: usize, out: &mut [u8]| out.fill(base + i as u8);
+    let byte_of = |key: Key| {
+        s.get_with(key, |v| {
+            assert_eq!(v.len(), 4096);
+            assert!(v.iter().all(|&b| b == v[0]), "{key:?} is one byte repeated");
+            v[0]
+        })
+        .expect("get")
+    };
+
+    // Published: the transaction puts every prepared block; values as filled.
+    s.put(k(3), &value(3, 0, 4096)).expect("put");
+    s.commit().expect("commit");
+    let p = s
+        .prepare_blocks(8, fill(10))
+        .expect("prepare")
+        .expect("free blocks");
+    assert_eq!(p.len(), 8);
+    s.transact(|tx| {
+        for i in 0..8 {
+            // Key 3 exists (committed): replaced; the others are new.
+            assert_eq!(tx.put_prepared(k(i as u64), &p, i)?, Some(i == 3));
+        }
+        Ok(())
+    })
+    .expect("transaction");
+    drop(p);
+    for i in 0..8 {
+        assert_eq!(byte_of(k(i)), Some(10 + i as u8));
+    }
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+
+    // Dropped before any transaction took them: freed, list and all.
+    let before = used();
+    let p = s
+        .prepare_blocks(5, fill(20))
+        .expect("prepare")
+        .expect("free blocks");
+    assert_eq!(used(), before + 6, "five blocks and their list");
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0, "reserved");
+    drop(p);
+    assert_eq!(used(), before);
+
+    // Taken over by an attempt that aborts: freed by the abort; a later attempt finds them
+    // gone and writes another way.
+    let p = s
+        .prepare_blocks(3, fill(30))
+        .expect("prepare")
+        .expect("free blocks");
+    let r: iris_store::Result<()> = s.transact(|tx| {
+        assert_eq!(tx.put_prepared(k(100), &p, 0)?, Some(false));
+        Err(StoreError::Invalid("stop".into()))
+    });
+    assert!(r.is_err());
+    s.transact(|tx| {
+        assert_eq!(tx.put_prepared(k(101), &p, 1)?, None);
+        Ok(())
+    })
+    .expect("transaction");
+    drop(p);
+    assert_eq!(byte_of(k(100)), None);
+    assert_eq!(byte_of(k(101)), None);
+    assert_eq!(used(), before);
+    s.commit().expect("commit");
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+    let got: BTreeMap<_, _> = dump(&s).into_iter().collect();
+    assert_eq!(got.len(), 8);
+}

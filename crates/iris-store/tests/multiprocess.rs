@@ -509,6 +509,53 @@ fn overwrites_past_the_undo_records_room_are_whole_or_absent_after_kill_9() {
 }
 
 #[test]
+fn blocks_filled_outside_the_lock_by_a_killed_writer_are_reclaimed() {
+    // The preparer fills each group's 16 blocks outside every lock, reserved through one list
+    // block, then publishes them in one transaction. Killed at random, or right after filling,
+    // it leaves every group whole (a round it acknowledged or a later one) and no block leaked:
+    // the reaper frees the list and what it names.
+    let path = volume("prepared");
+    let groups = 4;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(43);
+    for round in 0..16u64 {
+        let prefix = 6000 + round;
+        let victim = if round % 2 == 0 {
+            let v = worker(&path, "preparer", prefix, groups);
+            std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
+            v
+        } else {
+            killed_at(&path, "preparer", prefix, groups, "prepared-filled")
+        };
+        let acked = victim.kill();
+        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
+        for g in 0..groups {
+            let rounds: Vec<Option<u64>> = (0..16u64)
+                .map(|j| {
+                    let k = Key::new(prefix, g * 64 + j);
+                    s.get_with(k, |v| {
+                        let r = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+                        assert_eq!(v, block(prefix, k.lo, r).as_slice(), "{k:?} torn");
+                        r
+                    })
+                    .expect("get")
+                })
+                .collect();
+            assert!(
+                rounds.iter().all(|r| *r == rounds[0]),
+                "round {round}: group {g} torn: {rounds:?}"
+            );
+            if let Some(a) = acked {
+                assert!(
+                    rounds[0].is_some_and(|r| r >= a),
+                    "round {round}: group {g}"
+                );
+            }
+        }
+        assert_no_leak(&s, &path, round);
+    }
+}
+
+#[test]
 fn a_writer_killed_before_noting_the_committed_blocks_it_replaced_leaks_nothing() {
     // A writer that replaces blocks the last commit references notes them to be freed by the
     // next commit only after it published the replacement. Killed in between, the repair must

@@ -13,6 +13,9 @@
 //!   takes only the groups' partition locks, when it applies; else a batch), commits, and prints
 //!   `acked R` (the round value of the second write) and `fast N` (overwrites so far that took
 //!   the partition path).
+//! - `preparer VOLUME PREFIX GROUPS`: GROUPS groups of 16 whole-block keys (`g * 64 ..`);
+//!   every round writes each group in one transaction whose blocks were filled outside the
+//!   lock (`Store::prepare_blocks`), commits, and prints `acked R`.
 //! - `appender VOLUME PREFIX KEYS`: KEYS values of 2000 bytes, each with a size record (an
 //!   8-byte value, as a file's inode holds its size); every round appends 16 bytes to each
 //!   value and sets its size record in the same call (`Store::append_in_place`, when it
@@ -62,6 +65,34 @@ fn write_group(store: &Store, prefix: u64, g: u64, r: u64) -> Result<bool, Strin
         .collect();
     store.apply(&ops).map_err(|e| e.to_string())?;
     Ok(false)
+}
+
+/// Keys in one group of the preparer.
+const PREPARED_GROUP: u64 = 16;
+
+/// Write round `r` of the preparer's group `g` (keys `g * 64 ..`, one transaction), its blocks
+/// filled outside the lock when the store can (`Store::prepare_blocks`).
+fn write_prepared(store: &Store, prefix: u64, g: u64, r: u64) -> Result<(), String> {
+    let key = |j: u64| Key::new(prefix, g * 64 + j);
+    let prepared = store
+        .prepare_blocks(PREPARED_GROUP as usize, |j, out| {
+            out.copy_from_slice(&block(prefix, key(j as u64).lo, r))
+        })
+        .map_err(|e| e.to_string())?;
+    store
+        .transact(|tx| {
+            for j in 0..PREPARED_GROUP {
+                let put = match &prepared {
+                    Some(p) if (j as usize) < p.len() => tx.put_prepared(key(j), p, j as usize)?,
+                    _ => None,
+                };
+                if put.is_none() {
+                    tx.put(key(j), &block(prefix, key(j).lo, r))?;
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())
 }
 
 fn value(prefix: u64, i: u64) -> Vec<u8> {
@@ -210,6 +241,18 @@ fn run() -> Result<(), String> {
                                 .map_err(|e| e.to_string())?;
                         }
                     }
+                }
+                store.commit().map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {r}"))?;
+                r += 1;
+            }
+        }
+        "preparer" => {
+            let groups = num(&args, 4)?;
+            let mut r = 0u64;
+            loop {
+                for g in 0..groups {
+                    write_prepared(&store, prefix, g, r)?;
                 }
                 store.commit().map_err(|e| e.to_string())?;
                 say(&mut out, &format!("acked {r}"))?;
