@@ -528,29 +528,7 @@ fn blocks_filled_outside_the_lock_by_a_killed_writer_are_reclaimed() {
         };
         let acked = victim.kill();
         let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
-        for g in 0..groups {
-            let rounds: Vec<Option<u64>> = (0..16u64)
-                .map(|j| {
-                    let k = Key::new(prefix, g * 64 + j);
-                    s.get_with(k, |v| {
-                        let r = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
-                        assert_eq!(v, block(prefix, k.lo, r).as_slice(), "{k:?} torn");
-                        r
-                    })
-                    .expect("get")
-                })
-                .collect();
-            assert!(
-                rounds.iter().all(|r| *r == rounds[0]),
-                "round {round}: group {g} torn: {rounds:?}"
-            );
-            if let Some(a) = acked {
-                assert!(
-                    rounds[0].is_some_and(|r| r >= a),
-                    "round {round}: group {g}"
-                );
-            }
-        }
+        check_groups_of(&s, prefix, groups, 16, acked, "preparer victim");
         assert_no_leak(&s, &path, round);
     }
 }

@@ -13,7 +13,8 @@
 //!   takes only the groups' partition locks, when it applies; else a batch), commits, and prints
 //!   `acked R` (the round value of the second write) and `fast N` (overwrites so far that took
 //!   the partition path).
-//! - `preparer VOLUME PREFIX GROUPS`: GROUPS groups of 16 whole-block keys (`g * 64 ..`);
+//! - `preparer VOLUME PREFIX GROUPS`: GROUPS groups of 16 whole-block keys (laid out as the
+//!   grouper's);
 //!   every round writes each group in one transaction whose blocks were filled outside the
 //!   lock (`Store::prepare_blocks`), commits, and prints `acked R`.
 //! - `appender VOLUME PREFIX KEYS`: KEYS values of 2000 bytes, each with a size record (an
@@ -70,10 +71,10 @@ fn write_group(store: &Store, prefix: u64, g: u64, r: u64) -> Result<bool, Strin
 /// Keys in one group of the preparer.
 const PREPARED_GROUP: u64 = 16;
 
-/// Write round `r` of the preparer's group `g` (keys `g * 64 ..`, one transaction), its blocks
-/// filled outside the lock when the store can (`Store::prepare_blocks`).
+/// Write round `r` of the preparer's group `g` (keys as the grouper's, one transaction), its
+/// blocks filled outside the lock when the store can (`Store::prepare_blocks`).
 fn write_prepared(store: &Store, prefix: u64, g: u64, r: u64) -> Result<(), String> {
-    let key = |j: u64| Key::new(prefix, g * 64 + j);
+    let key = |j: u64| group_key(prefix, g, j);
     let prepared = store
         .prepare_blocks(PREPARED_GROUP as usize, |j, out| {
             out.copy_from_slice(&block(prefix, key(j as u64).lo, r))
