@@ -1,7 +1,7 @@
-//! The targets issue #6 sets, checked against one run's ratios: Iris within 90% of the
+//! The targets issues #6 and #4 set, checked against one run's ratios: Iris within 90% of the
 //! bare-interposer ceiling on every fio cell; warm-cache speedups over the best kernel file
-//! system (tmpfs, ext4, xfs); two jobs nearly twice one; fdatasync writes against ext4; direct=1
-//! against the better of ext4 and xfs. (tmpfs accepts O_DIRECT but has no device to go direct
+//! system (tmpfs, ext4, xfs); two jobs nearly twice one; two threads on one file (issue #4)
+//! 1.7x one job; fdatasync writes against ext4; direct=1 against the better of ext4 and xfs. (tmpfs accepts O_DIRECT but has no device to go direct
 //! to: its direct=1 numbers are its page cache's, so they are shown but not the bar for the
 //! direct=1 target.)
 

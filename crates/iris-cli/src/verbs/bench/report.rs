@@ -80,7 +80,7 @@ impl Report {
         }
         let (met, missed, unmeasured) = self.goal_counts();
         out.push_str(&format!(
-            "goals of issue #6: {met} met, {missed} missed, {unmeasured} not measured\n"
+            "goals of issues #6 and #4: {met} met, {missed} missed, {unmeasured} not measured\n"
         ));
         let misses: Vec<Goal> = self
             .goals
@@ -137,7 +137,7 @@ impl Report {
         }
         let (met, missed, unmeasured) = self.goal_counts();
         out.push_str(&format!(
-            "\n### Goals of issue #6 ({met} met, {missed} missed, {unmeasured} not measured)\n\n"
+            "\n### Goals of issues #6 and #4 ({met} met, {missed} missed, {unmeasured} not measured)\n\n"
         ));
         out.push_str(&table::goals(&self.goals).markdown());
         out
