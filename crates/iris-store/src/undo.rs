@@ -43,17 +43,32 @@ const ARMED_WORDS: u64 = 3;
 const WORD_ENTRY: u64 = 16;
 /// Most words one record holds.
 pub(crate) const UNDO_MAX_WORDS: usize = (UNDO_MAX_BYTES / WORD_ENTRY) as usize;
-/// State word: as [`ARMED_SLOTS`], with the entries past the record's own in an overflow
-/// block (named in the block field) that nothing else references.
+/// State word: as [`ARMED_SLOTS`], with the entries past the record's own in a chain of
+/// overflow blocks (the first named in the block field, each naming the next in its last word)
+/// that nothing else references.
 const ARMED_SLOTS_EXT: u64 = 4;
+/// Most overflow blocks one record chains.
+const OVERFLOW_BLOCKS: usize = 4;
 /// Bytes of one slot entry: the slot's region offset, its old block and generation.
 const SLOT_ENTRY: u64 = 24;
 /// Most slots one record holds in itself.
 pub(crate) const UNDO_MAX_SLOTS: usize = (UNDO_MAX_BYTES / SLOT_ENTRY) as usize;
 
-/// Most slots one record holds with an overflow block of `block_size` bytes.
+/// Slot entries one overflow block of `block_size` bytes holds (its last word names the next).
+fn per_overflow(block_size: u64) -> usize {
+    ((block_size - 8) / SLOT_ENTRY) as usize
+}
+
+/// Most slots one record holds with its overflow blocks of `block_size` bytes (722 for 4 KiB).
 pub(crate) fn max_slots_with_overflow(block_size: u64) -> usize {
-    UNDO_MAX_SLOTS + (block_size / SLOT_ENTRY) as usize
+    UNDO_MAX_SLOTS + OVERFLOW_BLOCKS * per_overflow(block_size)
+}
+
+/// Overflow blocks a record of `slots` slots needs.
+pub(crate) fn overflow_blocks_for(slots: usize, block_size: u64) -> usize {
+    slots
+        .saturating_sub(UNDO_MAX_SLOTS)
+        .div_ceil(per_overflow(block_size))
 }
 
 /// The undo records of one volume.
@@ -100,27 +115,30 @@ impl Undo {
 
     /// Note the old value (block, generation) of each leaf value slot at region offset `at`,
     /// before they are republished one by one (caller holds partition `p`'s lock and the locks
-    /// of every key concerned). Past [`UNDO_MAX_SLOTS`] the rest go into `overflow`, a block the
-    /// caller allocated and nothing references (at most [`max_slots_with_overflow`] in all); it
-    /// must stay allocated until the record is disarmed (a repair reads it). [`Undo::disarm`]
-    /// follows the last.
-    pub fn arm_slots(&self, p: u64, slots: &[(u64, u64, u64)], overflow: Option<u64>) {
+    /// of every key concerned). Past [`UNDO_MAX_SLOTS`] the rest go into `overflow`, blocks the
+    /// caller allocated and nothing references ([`overflow_blocks_for`] of them; at most
+    /// [`max_slots_with_overflow`] slots in all); they must stay allocated until the record is
+    /// disarmed (a repair reads them). [`Undo::disarm`] follows the last.
+    pub fn arm_slots(&self, p: u64, slots: &[(u64, u64, u64)], overflow: &[u64]) {
         let rec = self.at(p);
+        let bs = self.layout.bs();
         let inline = slots.len().min(UNDO_MAX_SLOTS);
-        let state = match overflow {
-            Some(block) if slots.len() > UNDO_MAX_SLOTS => {
-                debug_assert!(slots.len() <= max_slots_with_overflow(self.layout.bs()));
+        let state = if slots.len() > UNDO_MAX_SLOTS {
+            debug_assert!(slots.len() <= max_slots_with_overflow(bs));
+            debug_assert_eq!(overflow.len(), overflow_blocks_for(slots.len(), bs));
+            let rest = slots[inline..].chunks(per_overflow(bs));
+            for (j, (entries, &block)) in rest.zip(overflow).enumerate() {
                 let base = self.layout.offset(block);
-                for (j, entry) in slots[inline..].iter().enumerate() {
-                    self.write_slot(base + j as u64 * SLOT_ENTRY, *entry);
+                for (i, entry) in entries.iter().enumerate() {
+                    self.write_slot(base + i as u64 * SLOT_ENTRY, *entry);
                 }
-                self.region.write_u64(rec + BLOCK, block);
-                ARMED_SLOTS_EXT
+                let next = overflow.get(j + 1).copied().unwrap_or(0);
+                self.region.write_u64(base + bs - 8, next);
             }
-            _ => {
-                debug_assert!(slots.len() <= UNDO_MAX_SLOTS);
-                ARMED_SLOTS
-            }
+            self.region.write_u64(rec + BLOCK, overflow[0]);
+            ARMED_SLOTS_EXT
+        } else {
+            ARMED_SLOTS
         };
         self.region.write_u64(rec + LEN, slots.len() as u64);
         for (i, entry) in slots[..inline].iter().enumerate() {
@@ -183,36 +201,43 @@ impl Undo {
     }
 
     /// Put back the old values of the slots a dead process was republishing; `ext`: past the
-    /// record's own entries, the rest are in its overflow block.
+    /// record's own entries, the rest are in its chain of overflow blocks.
     fn roll_back_slots(&self, rec: u64, ext: bool) -> bool {
         let n = self.region.read_u64(rec + LEN);
-        let overflow = self.region.read_u64(rec + BLOCK);
+        let bs = self.layout.bs();
         let max = if ext {
-            max_slots_with_overflow(self.layout.bs())
+            max_slots_with_overflow(bs)
         } else {
             UNDO_MAX_SLOTS
         };
-        if n > max as u64
-            || (ext && !(self.layout.data_start..self.layout.max_blocks).contains(&overflow))
-        {
+        if n > max as u64 {
             return false;
         }
+        // The region offset of every entry, the overflow chain followed and checked first.
+        let data = self.layout.data_start..self.layout.max_blocks;
+        let mut chain = Vec::new();
+        if ext {
+            let mut block = self.region.read_u64(rec + BLOCK);
+            for _ in 0..overflow_blocks_for(n as usize, bs) {
+                if !data.contains(&block) {
+                    return false;
+                }
+                chain.push(self.layout.offset(block));
+                block = self.region.read_u64(self.layout.offset(block) + bs - 8);
+            }
+        }
+        let per = per_overflow(bs) as u64;
         let end = self.layout.offset(self.layout.max_blocks);
         for i in 0..n {
-            let e = if i < UNDO_MAX_SLOTS as u64 {
-                rec + BYTES + i * SLOT_ENTRY
-            } else {
-                self.layout.offset(overflow) + (i - UNDO_MAX_SLOTS as u64) * SLOT_ENTRY
+            let e = match i.checked_sub(UNDO_MAX_SLOTS as u64) {
+                None => rec + BYTES + i * SLOT_ENTRY,
+                Some(j) => chain[(j / per) as usize] + (j % per) * SLOT_ENTRY,
             };
             let at = self.region.read_u64(e);
             let (block, gen) = (self.region.read_u64(e + 8), self.region.read_u64(e + 16));
             let in_data = at >= self.layout.offset(self.layout.data_start)
                 && at.checked_add(16).is_some_and(|x| x <= end);
-            if in_data
-                && at.is_multiple_of(8)
-                && block >= self.layout.data_start
-                && block < self.layout.max_blocks
-            {
+            if in_data && at.is_multiple_of(8) && data.contains(&block) {
                 self.region.publish_u64(at, block);
                 self.region.write_u64(at + 8, gen);
             }
@@ -315,23 +340,26 @@ mod tests {
     }
 
     #[test]
-    fn slots_past_the_records_room_are_put_back_from_the_overflow_block() {
-        let layout = Layout::new(4096, 256).expect("layout");
-        let mut buf = vec![0u64; (256 * 4096 / 8) as usize];
-        let region = Region::new(buf.as_mut_ptr().cast(), 256 * 4096);
+    fn slots_past_the_records_room_are_put_back_from_the_overflow_chain() {
+        let layout = Layout::new(4096, 1024).expect("layout");
+        let mut buf = vec![0u64; (1024 * 4096 / 8) as usize];
+        let region = Region::new(buf.as_mut_ptr().cast(), 1024 * 4096);
         let undo = Undo::new(region, layout);
         let leaf = layout.offset(layout.data_start + 1);
-        let overflow = layout.data_start + 2;
         let n = max_slots_with_overflow(layout.bs());
-        assert_eq!(n, UNDO_MAX_SLOTS + 170);
-        // Slot i of a leaf holds (block, generation); the old ones are (10 + i, 1).
+        assert_eq!(n, UNDO_MAX_SLOTS + 4 * 170);
+        // Overflow blocks in no order, as the allocator hands them out.
+        let overflow: Vec<u64> = [9, 4, 7, 5].iter().map(|b| layout.data_start + b).collect();
+        assert_eq!(overflow_blocks_for(n, layout.bs()), 4);
+        assert_eq!(overflow_blocks_for(UNDO_MAX_SLOTS + 171, layout.bs()), 2);
+        // Slot i of two leaves holds (block, generation); the old ones are (20 + i % 500, 1).
         let slots: Vec<(u64, u64, u64)> = (0..n as u64)
-            .map(|i| (leaf + i * 16, layout.data_start + 10 + i % 200, 1))
+            .map(|i| (leaf + i * 16, layout.data_start + 20 + i % 500, 1))
             .collect();
-        undo.arm_slots(3, &slots, Some(overflow));
+        undo.arm_slots(3, &slots, &overflow);
         // A writer killed after republishing every slot but the last two.
         for (at, _, _) in &slots[..n - 2] {
-            region.write_u64(*at, layout.data_start + 5);
+            region.write_u64(*at, layout.data_start + 15);
             region.write_u64(*at + 8, 2);
         }
         assert_eq!(undo.roll_back(), 1);
@@ -343,12 +371,13 @@ mod tests {
         }
         assert_eq!(undo.roll_back(), 0, "a record is rolled back once");
 
-        // An overflow block outside the data area: the record is dropped, nothing written.
-        undo.arm_slots(3, &slots, Some(overflow));
-        region.write_u64(slots[0].0, layout.data_start + 5);
-        region.write_u64(layout.header_off + undo_off(3) + BLOCK, layout.max_blocks);
+        // A chain that leaves the data area: the record is dropped, nothing written.
+        undo.arm_slots(3, &slots, &overflow);
+        region.write_u64(slots[0].0, layout.data_start + 15);
+        let second = layout.offset(overflow[1]);
+        region.write_u64(second + layout.bs() - 8, layout.max_blocks);
         assert_eq!(undo.roll_back(), 0);
-        assert_eq!(region.read_u64(slots[0].0), layout.data_start + 5);
+        assert_eq!(region.read_u64(slots[0].0), layout.data_start + 15);
     }
 
     #[test]

@@ -474,17 +474,19 @@ fn multi_block_overwrites_are_whole_or_absent_after_kill_9() {
 
 #[test]
 fn overwrites_past_the_undo_records_room_are_whole_or_absent_after_kill_9() {
-    // Groups of 100 blocks: the undo record holds 42 of their old slots, an overflow block
-    // the rest. Writers killed at random, and two blocks before the end of their publishes
-    // (the rolled-back slots then come from the overflow block), leave every group whole or
-    // absent, and no block leaked (the overflow block included).
+    // Groups of 100 and of 400 blocks: the undo record holds 42 of their old slots, a chain of
+    // one or three overflow blocks the rest. Writers killed at random, and two blocks before
+    // the end of their publishes (the rolled-back slots then come from the chain's last
+    // block), leave every group whole or absent, and no block leaked (the chain included).
     let path = volume("big-groups");
-    let (groups, size) = (3, 100u64);
-    let env = [("IRIS_GROUP", "100")];
+    let groups = 3;
     let mut rng = rand::rngs::StdRng::seed_from_u64(41);
     let mut fast_victims = 0;
     for round in 0..12u64 {
         let prefix = 5000 + round;
+        let size: u64 = if round % 4 < 2 { 100 } else { 400 };
+        let size_text = size.to_string();
+        let env = [("IRIS_GROUP", size_text.as_str())];
         let victim = if round % 2 == 0 {
             let v = worker_env(&path, "grouper", prefix, groups, &env);
             std::thread::sleep(Duration::from_millis(rng.gen_range(40..160)));

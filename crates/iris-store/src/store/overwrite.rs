@@ -13,7 +13,7 @@ use crate::key::Key;
 
 impl Store {
     /// Most blocks one [`Store::overwrite_blocks`] replaces (the undo record's capacity with
-    /// one overflow block: 212 blocks of 4 KiB).
+    /// its overflow blocks: 722 blocks of 4 KiB).
     pub fn overwrite_max_blocks(&self) -> usize {
         crate::undo::max_slots_with_overflow(self.inner.layout.bs())
     }
@@ -72,8 +72,8 @@ impl Store {
         };
         // New blocks, filled under the locks: a process killed before the publishes leaves
         // them to the repair's garbage collection (the next locker finds this one dead).
-        // Past the undo record's own room, its entries go into one more block.
-        let overflows = usize::from(keys.len() > crate::undo::UNDO_MAX_SLOTS);
+        // Past the undo record's own room, its entries go into more blocks.
+        let overflows = crate::undo::overflow_blocks_for(keys.len(), inner.layout.bs());
         let mut fresh = Vec::with_capacity(keys.len() + overflows);
         for _ in 0..keys.len() + overflows {
             match inner.alloc.alloc_in(lowest) {
@@ -86,7 +86,7 @@ impl Store {
                 }
             }
         }
-        let overflow = if overflows > 0 { fresh.pop() } else { None };
+        let overflow = fresh.split_off(keys.len());
         for (i, (&b, (_, old, len, _, _))) in fresh.iter().zip(&olds).enumerate() {
             let len = u64::from(*len);
             let old = inner.region.bytes(inner.layout.offset(*old), len);
@@ -98,7 +98,7 @@ impl Store {
             .iter()
             .map(|(_, block, _, gen, at)| (*at, *block, *gen))
             .collect();
-        inner.undo.arm_slots(lowest, &slots, overflow);
+        inner.undo.arm_slots(lowest, &slots, &overflow);
         // Readers of these partitions read again if they overlap the publishes (a write is
         // atomic to readers too); a writer killed among them leaves the sequences odd until the
         // repair.
@@ -127,7 +127,7 @@ impl Store {
             }
         }
         inner.undo.disarm(lowest);
-        if let Some(b) = overflow {
+        for b in overflow {
             // Referenced by nothing, read by no reader: free at once.
             inner.alloc.free_now(b);
         }
