@@ -229,6 +229,18 @@ impl FileCache {
         }
     }
 
+    /// Where file block `block` lived when last seen, if its word is of the epoch in force now:
+    /// a hint for prefetching (the stamp is not checked; [`FileCache::get`] is the answer).
+    #[inline]
+    pub(crate) fn peek(&self, block: u64) -> Option<BlockRef> {
+        let chunk = self.chunks.get((block / CHUNK_WORDS) as usize)?.get()?;
+        let w = chunk[(block % CHUNK_WORDS) as usize].load(Ordering::Relaxed);
+        let epoch = self.state.load(Ordering::Relaxed) & EPOCH_MASK;
+        (w & EPOCH_MASK == epoch && epoch != 0)
+            .then(|| BlockRef::unpack(w >> EPOCH_BITS))
+            .flatten()
+    }
+
     /// Start loading the map word of file block `block` into the cache, so that the miss overlaps
     /// the work a read does before it looks (a hint: no effect on what is read).
     #[inline]
@@ -307,6 +319,19 @@ mod tests {
         let far = CHUNK_WORDS * CHUNKS as u64 + 1;
         c.put(far, e2, at(1));
         assert_eq!(c.get(far, e2), None);
+    }
+
+    #[test]
+    fn a_peek_names_a_block_of_the_epoch_in_force_only() {
+        let c = FileCache::new(7);
+        assert_eq!(c.peek(3), None, "nothing seen yet");
+        let e = c.epoch(10).expect("first epoch");
+        assert_eq!(c.peek(3), None);
+        c.put(3, e, at(12345));
+        assert_eq!(c.peek(3), Some(at(12345)));
+        c.epoch(11).expect("next epoch");
+        assert_eq!(c.peek(3), None, "a word of an older epoch is no hint");
+        assert_eq!(c.peek(CHUNK_WORDS * CHUNKS as u64 + 1), None, "far blocks");
     }
 
     #[test]

@@ -805,7 +805,16 @@ impl Fs {
 
     /// [`Fs::read_unless_shadowed`] through the block map of an open file.
     pub fn read_file(&self, file: &FileCache, off: u64, buf: &mut [u8]) -> FsResult<Option<usize>> {
-        file.prefetch(off >> self.block_size.trailing_zeros());
+        let block = off >> self.block_size.trailing_zeros();
+        // Where the block was last seen: its bytes start on their way from memory while the
+        // read section, stamps and marks are checked (the map says where, after them).
+        match file.peek(block) {
+            Some(at) => {
+                let in_block = (off & (self.block_size - 1)) as usize;
+                self.store.prefetch_bytes(at, in_block, buf.len());
+            }
+            None => file.prefetch(block),
+        }
         self.read_impl(file.ino(), off, buf, true, Some(file))
     }
 

@@ -172,6 +172,10 @@ enum PatchPlan {
     Escalate,
 }
 
+/// Most bytes [`Store::prefetch_bytes`] asks for: the first lines of a read; the hardware's
+/// own prefetchers follow the copy from there.
+pub const PREFETCH_BYTES: usize = 1024;
+
 /// Where an out-of-line value lives: valid for as long as the change stamp of its key's high
 /// word reads what it read when the location was learned (see [`Store::change_stamp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1406,6 +1410,25 @@ impl Store {
     #[inline]
     pub fn prefetch_location(&self, key: Key) {
         self.inner.prefetch_spot(key);
+    }
+
+    /// Start loading bytes `offset..offset + len` of the out-of-line value at `at` (at most
+    /// [`PREFETCH_BYTES`] of them) into the cache: a caller that learned where a value lives
+    /// (a file's block map, valid or not by now) lets the memory's latency overlap its checks.
+    /// A hint: no effect on what is read, harmless on a stale or foreign location.
+    #[inline]
+    pub fn prefetch_bytes(&self, at: BlockRef, offset: usize, len: usize) {
+        let inner = &*self.inner;
+        if at.block < inner.layout.data_start || at.block >= inner.layout.max_blocks {
+            return;
+        }
+        let start = inner.layout.offset(at.block) + offset as u64;
+        let end = start + len.min(PREFETCH_BYTES).min(at.len() - offset.min(at.len())) as u64;
+        let mut line = start & !63;
+        while line < end {
+            inner.region.prefetch(line);
+            line += 64;
+        }
     }
 
     /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,

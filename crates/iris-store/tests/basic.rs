@@ -1436,3 +1436,28 @@ fn prepared_blocks_are_published_by_a_transaction_or_freed_without_a_leak() {
     let got: BTreeMap<_, _> = dump(&s).into_iter().collect();
     assert_eq!(got.len(), 8);
 }
+
+#[test]
+fn prefetching_a_value_reads_nothing_and_tolerates_any_location() {
+    // A hint from a stale map may name any block, past the value's end or past the volume:
+    // nothing happens, nothing changes.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    s.put(k(1), &value(1, 0, 4096)).expect("put");
+    let at = s
+        .read(|v| match v.get_located(k(1))? {
+            Some(iris_store::Located::Block(at)) => Ok(at),
+            _ => panic!("a 4 KiB value lives out of line"),
+        })
+        .expect("read");
+    for (offset, len) in [(0, 4096), (100, 512), (4000, 4096), (4096, 10), (9999, 1)] {
+        s.prefetch_bytes(at, offset, len);
+    }
+    for word in [1u64 << 17 | 4096, u64::MAX >> 20 << 17 | 4096] {
+        if let Some(far) = iris_store::BlockRef::unpack(word) {
+            s.prefetch_bytes(far, 0, 4096);
+        }
+    }
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(s.get(k(1), &mut buf).expect("get"), Some(4096));
+    assert_eq!(buf, value(1, 0, 4096));
+}
