@@ -4,7 +4,8 @@
 //! out of a mapped 128 MiB /dev/shm file. Both mappings get 2 MiB pages where the kernel allows;
 //! one thread; the two alternate three times and the medians are printed.
 //!
-//! Run: `cargo bench -p iris-fs`. `IRIS_BENCH_SECS` (default 1.5) sets the seconds per run.
+//! Run: `cargo bench -p iris-fs`. `IRIS_BENCH_SECS` (default 1.5) sets the seconds per run,
+//! `IRIS_BENCH_SIZES` (default `4096,512`) the read sizes.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -131,7 +132,11 @@ fn main() {
         "  {:>6} {:>10} {:>10} {:>10}   goal: iris <= floor + 100 ns",
         "size", "floor", "iris", "iris-floor"
     );
-    for size in [4096u64, 512] {
+    let sizes: Vec<u64> = std::env::var("IRIS_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![4096, 512]);
+    for size in sizes.into_iter().filter(|s| (1..=4096).contains(s)) {
         let (mut floor, mut iris) = (Vec::new(), Vec::new());
         for round in 0..3u64 {
             floor.push(measure(size, secs, 17 + round, |off| {
