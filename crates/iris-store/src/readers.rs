@@ -19,7 +19,7 @@ use crate::region::Region;
 /// An in-flight slot's owner while it is being claimed.
 const CLAIMING: u64 = 1;
 /// In an in-flight slot's block word: the block is a list of blocks being filled (see
-/// `Allocator::prepare`), not one.
+/// `Store::prepare_blocks`), not one.
 pub(crate) const INFLIGHT_LIST: u64 = 1 << 63;
 
 /// Offset of entry `i` of partition `p`'s limbo list inside the header.

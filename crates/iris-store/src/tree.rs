@@ -310,9 +310,9 @@ pub(crate) struct Txn<'a> {
     /// Data blocks filled outside the lock that this transaction took over (see
     /// `store::prepared`): freed if it aborts, as its own fresh blocks are.
     adopted: Vec<u64>,
-    /// The last walk down the tree, reused by the next one for a key of the same leaf (a
-    /// write of consecutive blocks walks once per leaf, not once per block). Cleared by every
-    /// change of shape.
+    /// In a batch, the last walk down the tree, reused by the next one for a key of the same
+    /// leaf (a write of consecutive blocks walks once per leaf, not once per block). Cleared by
+    /// every change of shape.
     finger: Cell<Option<Finger>>,
 }
 
@@ -736,8 +736,10 @@ impl<'a> Txn<'a> {
     /// Walk from the root to the leaf for `key`, recording (node, slot) on the way, and the
     /// first (newest) message for `key` met in a buffer.
     fn descend(&self, key: Key) -> Result<(Path, usize, Node, Option<Shadow>)> {
-        // Buffered trees keep messages on the way down: walk them every time.
-        let fingered = self.cx.buffer == 0;
+        // Only transactions of several operations walk again (a single one would only copy
+        // the walk for nothing); buffered trees keep messages on the way down: walk them every
+        // time.
+        let fingered = self.publish_at_root && self.cx.buffer == 0;
         if let Some(f) = self.finger.get().filter(|_| fingered) {
             if f.lo <= key && f.hi.is_none_or(|hi| key < hi) {
                 return Ok((f.path, f.depth, self.cx.load(f.leaf, Some(0))?, None));

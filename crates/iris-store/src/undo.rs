@@ -289,12 +289,18 @@ impl Undo {
 mod tests {
     use super::*;
 
+    /// A volume of `blocks` 4 KiB blocks in memory (`buf` keeps it alive) and its undo records.
+    fn scratch(blocks: u64, buf: &mut Vec<u64>) -> (Layout, Region, Undo) {
+        let layout = Layout::new(4096, blocks).expect("layout");
+        *buf = vec![0u64; (blocks * 4096 / 8) as usize];
+        let region = Region::new(buf.as_mut_ptr().cast(), blocks * 4096);
+        (layout, region, Undo::new(region, layout))
+    }
+
     #[test]
     fn a_write_cut_short_is_finished_and_a_finished_one_is_kept() {
-        let layout = Layout::new(4096, 64).expect("layout");
-        let mut buf = vec![0u64; (64 * 4096 / 8) as usize];
-        let region = Region::new(buf.as_mut_ptr().cast(), 64 * 4096);
-        let undo = Undo::new(region, layout);
+        let mut buf = Vec::new();
+        let (layout, region, undo) = scratch(64, &mut buf);
         let block = layout.data_start + 3;
         let at = layout.offset(block);
         region.bytes_mut(at, 4096).fill(0xaa);
@@ -341,10 +347,8 @@ mod tests {
 
     #[test]
     fn slots_past_the_records_room_are_put_back_from_the_overflow_chain() {
-        let layout = Layout::new(4096, 1024).expect("layout");
-        let mut buf = vec![0u64; (1024 * 4096 / 8) as usize];
-        let region = Region::new(buf.as_mut_ptr().cast(), 1024 * 4096);
-        let undo = Undo::new(region, layout);
+        let mut buf = Vec::new();
+        let (layout, region, undo) = scratch(1024, &mut buf);
         let leaf = layout.offset(layout.data_start + 1);
         let n = max_slots_with_overflow(layout.bs());
         assert_eq!(n, UNDO_MAX_SLOTS + 4 * 170);
@@ -382,10 +386,8 @@ mod tests {
 
     #[test]
     fn words_changed_by_a_dead_writer_are_put_back_and_finished_ones_kept() {
-        let layout = Layout::new(4096, 64).expect("layout");
-        let mut buf = vec![0u64; (64 * 4096 / 8) as usize];
-        let region = Region::new(buf.as_mut_ptr().cast(), 64 * 4096);
-        let undo = Undo::new(region, layout);
+        let mut buf = Vec::new();
+        let (layout, region, undo) = scratch(64, &mut buf);
         let at = layout.offset(layout.data_start + 2);
         // Two words, one of them unaligned (inline values lie anywhere in a leaf's heap).
         let words = [(at + 64, 7u64), (at + 203, 9u64)];

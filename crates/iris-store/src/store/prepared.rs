@@ -14,9 +14,12 @@ use crate::readers::INFLIGHT_LIST;
 
 /// Whole blocks allocated and filled outside every lock (see [`Store::prepare_blocks`]), for
 /// [`Tx::put_prepared`]. A transaction that puts one takes them all over: it publishes them or,
-/// if it aborts, frees them. Dropped before any transaction took them, they are freed.
+/// if it aborts, frees them. Dropped before any transaction took them, they are freed under a
+/// partition lock: drop them outside [`Store::transact`].
 pub struct Prepared<'s> {
     inner: &'s Inner,
+    /// The partition whose share of the bitmap they came from.
+    part: u64,
     /// The list block naming them in the in-flight slot; freed with the reservation.
     list: u64,
     /// The in-flight slot.
@@ -78,6 +81,7 @@ impl Store {
         drop(g);
         let prepared = Prepared {
             inner,
+            part: p,
             list,
             slot,
             blocks,
@@ -115,9 +119,15 @@ impl Drop for Prepared<'_> {
             // A transaction published them, or freed them when it aborted.
             return;
         }
-        // Never taken over: nothing references them. Off the list first (a writer killed
-        // after freeing a block must not leave it to the reaper, which would free it under its
-        // next owner), then freed, then the reservation ends.
+        // Never taken over: nothing references them. Released under a partition lock, so that
+        // no garbage collection or reaper (each holds every lock) runs meanwhile: off the list
+        // first (a writer killed after freeing a block must not leave it to the reaper, which
+        // would free it under its next owner; one killed before holds the lock, and the repair
+        // collects them), then freed, then the reservation ends. No lock: leaked until the next
+        // collection, never freed twice.
+        let Ok(_g) = self.inner.lock_partition(self.part) else {
+            return;
+        };
         self.inner.alloc.list_start(self.list);
         for &b in &self.blocks {
             self.inner.alloc.free_now(b);
