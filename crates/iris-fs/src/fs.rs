@@ -20,6 +20,7 @@ use crate::dirent::{self, DirEntry};
 use crate::errno::{Errno, FsResult};
 use crate::inode::{self, now_ns, Inode, INODE_BYTES};
 use crate::keys::{key, name_hash, offset_of, Kind, MAX_OFFSET};
+use crate::sync_hint::SyncHints;
 use crate::xattr;
 
 /// Inode number of the root directory.
@@ -67,6 +68,8 @@ pub struct Fs {
     caches: Caches,
     /// Block maps of the inodes this process has open (see [`Fs::file_cache`]).
     file_caches: Mutex<HashMap<u64, Weak<FileCache>>>,
+    /// Files synced since their last write (see `sync_hint`).
+    sync_hints: SyncHints,
 }
 
 fn store_err(e: iris_store::StoreError) -> Errno {
@@ -381,6 +384,7 @@ impl Fs {
             open_counts: Mutex::new(HashMap::new()),
             caches: Caches::new(),
             file_caches: Mutex::new(HashMap::new()),
+            sync_hints: SyncHints::new(),
         })
     }
 
@@ -1053,6 +1057,8 @@ impl Fs {
                     key: key(ino, Kind::Inode, 0),
                     unless_unchanged_since: skip,
                     patch: size_and_times(ino, end, now, &after),
+                    // (An overwrite holds only its partitions' locks: it cannot commit.)
+                    sync_expected: false,
                 }),
             )
             .map_err(store_err)?;
@@ -1110,6 +1116,7 @@ impl Fs {
         // The leaf of the block is needed under the lock: let its misses overlap what comes first.
         self.store.prefetch_location(key(ino, Kind::Data, first));
         let now = now_ns();
+        let sync_expected = self.sync_hints.take(ino);
         if first == last {
             // One block: data, then size and times (see the module doc for why this order).
             let in_block = (off % bs) as usize;
@@ -1131,6 +1138,7 @@ impl Fs {
                             key: key(ino, Kind::Inode, 0),
                             unless_unchanged_since: skip,
                             patch: size_and_times(ino, end, now, &after),
+                            sync_expected,
                         }),
                     )
                     .map_err(store_err)?;
@@ -1150,6 +1158,7 @@ impl Fs {
                     key: key(ino, Kind::Inode, 0),
                     unless_unchanged_since: skip,
                     patch: size_and_times(ino, end, now, &after),
+                    sync_expected,
                 };
                 let k = key(ino, Kind::Data, first);
                 if first > 0 && off >= inode.size && inode.size <= first * bs {
@@ -1174,12 +1183,16 @@ impl Fs {
                 }
                 // (Inside the file but past the end of its block's value, as in a file extended
                 // by truncate or fallocate and written in order, `write_in_place` appends too.)
-                let done = if off >= inode.size && inode.size > first * bs {
-                    self.store.append_in_place(k, in_block, data, Some(then()))
+                // A sync follows (see `sync_hint`): the last commit is likely recent and the
+                // block committed, so the write copies it under every lock; no attempt first.
+                let done = if sync_expected {
+                    None
+                } else if off >= inode.size && inode.size > first * bs {
+                    self.store
+                        .append_in_place(k, in_block, data, Some(then()))?
                 } else {
-                    self.store.write_in_place(k, in_block, data, Some(then()))
-                }
-                .map_err(store_err)?;
+                    self.store.write_in_place(k, in_block, data, Some(then()))?
+                };
                 if let Some(put) = done {
                     self.refresh_inode_after(&inode, &put, after.get());
                     return Ok(Some(data.len()));
@@ -2261,10 +2274,9 @@ impl Fs {
         .map(|kind| self.store.written_gen(key(ino, kind, 0)))
         .max()
         .unwrap_or(0);
-        self.store
-            .commit_through(gen)
-            .map(|_| ())
-            .map_err(store_err)
+        self.store.commit_through(gen).map_err(store_err)?;
+        self.sync_hints.synced(ino);
+        Ok(())
     }
 
     /// File-system statistics.

@@ -11,6 +11,7 @@ mod errno;
 mod fs;
 mod inode;
 mod keys;
+mod sync_hint;
 mod xattr;
 
 pub use cache::FileCache;

@@ -297,12 +297,14 @@ fn a_file_sync_commits_unless_the_files_changes_are_committed_and_survives_power
     fs.sync_inode(a).expect("sync a");
     assert_eq!(commits(&fs), before, "a clean file's sync committed");
     // A small write into a's block (copied at its first write after the commit, in place at
-    // the second), an append, then a's sync: all of it durable.
+    // the second), an append, then a's sync: all of it durable. The first write follows a
+    // sync of a, so it commits as it copies the block (see the next test).
     fs.write(a, 10, b"first").expect("write a");
+    assert_eq!(commits(&fs), before + 1, "the write after a sync committed");
     fs.write(a, 20, b"second").expect("write a in place");
     fs.write(a, 5000, b"tail").expect("append a");
     fs.sync_inode(a).expect("sync a");
-    assert_eq!(commits(&fs), before + 1);
+    assert_eq!(commits(&fs), before + 2);
     fs.write(b, 100, b"after").expect("write b");
     let mut rng = StdRng::seed_from_u64(7);
     let image = sim.crash_image(&mut rng, 0.5);
@@ -317,4 +319,67 @@ fn a_file_sync_commits_unless_the_files_changes_are_committed_and_survives_power
     assert_eq!(&got[5000..], b"tail");
     // b's first write went into a's commit (a commit is of the whole tree); its second did not.
     assert_eq!(fs.getattr(b).expect("stat b").size, 14);
+}
+
+#[test]
+fn the_first_write_after_a_files_sync_commits_so_the_next_sync_has_nothing_to_do() {
+    // Under fdatasync after every write, the write that copies a committed block holds every
+    // lock anyway: it commits before it lets go, and the sync that follows returns at once.
+    // Only the first write after a sync does so, and only for the file synced.
+    let (sim, fs) = sim_fs(8 << 20, 4096);
+    let c = Cred::root();
+    let open = |name: &[u8]| {
+        fs.open(&c, ROOT_INO, name, libc::O_CREAT | libc::O_RDWR, 0o644)
+            .expect("create")
+            .ino
+    };
+    let (a, b) = (open(b"/a"), open(b"/b"));
+    fs.write(a, 0, &[1u8; 16384]).expect("write a");
+    fs.write(b, 0, &[2u8; 4096]).expect("write b");
+    let commits = |fs: &Fs| fs.store().stats().expect("stats").commits;
+    fs.sync_inode(a).expect("sync a");
+    let base = commits(&fs);
+    for (i, (off, len)) in [(4096u64, 4096usize), (100, 512), (8192, 4096), (12300, 300)]
+        .into_iter()
+        .enumerate()
+    {
+        let before = commits(&fs);
+        fs.write(a, off, &vec![10 + i as u8; len]).expect("write a");
+        assert_eq!(commits(&fs), before + 1, "write {i} after a sync");
+        fs.sync_inode(a).expect("sync a");
+        assert_eq!(commits(&fs), before + 1, "sync {i} had work left");
+    }
+    // A second write since the sync, and writes of a file never synced: no commit.
+    let before = commits(&fs);
+    fs.write(a, 0, &[3u8; 4096]).expect("write a");
+    fs.write(a, 4096, &[4u8; 4096]).expect("write a again");
+    fs.write(b, 0, &[5u8; 4096]).expect("write b");
+    assert_eq!(
+        commits(&fs),
+        before + 1,
+        "only the first write after the sync"
+    );
+    assert_eq!(commits(&fs), base + 5);
+    // What the eager commits made durable survives power loss; the last two writes do not.
+    let mut rng = StdRng::seed_from_u64(11);
+    let image = sim.crash_image(&mut rng, 0.5);
+    drop(fs);
+    let store =
+        Store::open_on(Box::new(Arc::new(SimMedia::from_image(&image))), &boot(2)).expect("reopen");
+    let fs = Fs::on_store(store).expect("fs");
+    let mut got = vec![0u8; 16384];
+    assert_eq!(fs.read(a, 0, &mut got).expect("read a"), 16384);
+    assert!(
+        got[..4096].iter().all(|&x| x == 3),
+        "first write after the last sync"
+    );
+    assert!(
+        got[4096..8192].iter().all(|&x| x == 10),
+        "uncommitted write survived"
+    );
+    assert!(got[8192..12288].iter().all(|&x| x == 12));
+    assert!(got[12300..12600].iter().all(|&x| x == 13));
+    let mut gb = vec![0u8; 4096];
+    assert_eq!(fs.read(b, 0, &mut gb).expect("read b"), 4096);
+    assert!(gb.iter().all(|&x| x == 2), "b's unsynced rewrite survived");
 }

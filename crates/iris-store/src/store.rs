@@ -136,6 +136,12 @@ pub struct ThenPatch<F> {
     /// than once, when a first attempt has to be redone holding more locks); told whether the
     /// put replaced a value. A patch whose words already hold their values is not written.
     pub patch: F,
+    /// The caller expects a sync of this write right after it (its file was synced after its
+    /// last write, as under `fdatasync` after each write): when the write holds every lock
+    /// anyway (it copied a committed leaf's path), commit before releasing them, so that the
+    /// sync finds its generation durable instead of taking every lock a second time. A hint:
+    /// committing early is always safe; a failed commit is left for the sync to report.
+    pub sync_expected: bool,
 }
 
 /// What [`Store::put_block_then_patch`] did.
@@ -982,8 +988,10 @@ impl Store {
             match r {
                 Ok(()) => {
                     txn.commit_publish();
+                    let expected = then.as_ref().is_some_and(|t| t.sync_expected);
                     let (found, patched) =
                         Self::then_patch_locked(inner, then, replaced, stamp_before)?;
+                    Self::commit_if_sync_expected(inner, &g, expected);
                     drop(g);
                     return Ok(BlockPut {
                         found,
@@ -1028,7 +1036,7 @@ impl Store {
         if len == 0 || len > inner.layout.block_size as usize {
             return Ok(None);
         }
-        let _g = inner.lock()?;
+        let g = inner.lock()?;
         let mut txn = Txn::begin(inner.cx(), false);
         let inserted = (|| {
             let spot = txn.locate(key)?;
@@ -1070,13 +1078,15 @@ impl Store {
         };
         txn.commit_publish();
         let found = Self::patch_locked(inner, then.key, |old, p| (then.patch)(old, false, p))?;
-        Ok(Some(BlockPut {
+        let put = BlockPut {
             found,
             replaced: false,
             patched: true,
             patched_stamp: found.then(|| inner.header.change_stamp(then.key)),
             located: Some((inner.header.change_stamp(key), at)),
-        }))
+        };
+        Self::commit_if_sync_expected(inner, &g, then.sync_expected);
+        Ok(Some(put))
     }
 
     /// Insert or replace `key` with an out-of-line value of `len` bytes (more than the inline
@@ -1102,6 +1112,13 @@ impl Store {
         if len > inner.layout.block_size as usize || len <= inner.facts.inline_max as usize {
             // Inline-sized values go through the ordinary path.
             return self.put_block_under_lock(key, len, fill, then);
+        }
+        if then.as_ref().is_some_and(|t| t.sync_expected) {
+            // A sync follows, so the last commit is likely recent and the key's leaf committed:
+            // the publish will copy its path, which takes every lock. Take them at once and do
+            // everything in that one hold (an attempt under the partition's lock first, and the
+            // reservation of the block under another, cost two more lock round trips).
+            return self.put_sized_then_patch(key, |_| len, |_, out| fill(out), then);
         }
         let p = partition_of(key);
         let Some((block, slot)) = Self::reserve_block(inner, p)? else {
@@ -1151,9 +1168,11 @@ impl Store {
             }
         };
         txn.commit_publish();
+        let expected = then.as_ref().is_some_and(|t| t.sync_expected);
         let (found, patched) = Self::then_patch_locked(inner, then, replaced, stamp_before)?;
         let stamp = inner.header.change_stamp(key);
         let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
+        Self::commit_if_sync_expected(inner, &g, expected);
         drop(g);
         Ok(BlockPut {
             found,
@@ -1520,6 +1539,16 @@ impl Store {
                 Ok((found, true))
             }
             None => Ok((true, false)),
+        }
+    }
+
+    /// Before a hold of every lock taken by a write is released: commit when its patch said a
+    /// sync is expected (see [`ThenPatch::sync_expected`]). The write is published whatever
+    /// happens here: a failed commit marks the store failed (or is met again by the sync),
+    /// which reports it; the write does not.
+    fn commit_if_sync_expected(inner: &Inner, g: &Guard<'_>, expected: bool) {
+        if expected && g.is_all() {
+            let _ = inner.commit_locked();
         }
     }
 

@@ -688,6 +688,7 @@ fn a_patch_is_skipped_only_while_the_stamp_holds() {
             4096,
             |out| out.fill(0),
             Some(iris_store::ThenPatch {
+                sync_expected: false,
                 key: meta,
                 unless_unchanged_since: unless,
                 patch: move |_: &[u8], _: bool, p: &mut iris_store::Patch| p.set(0, word),
@@ -958,6 +959,7 @@ fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
     let key = Key::new(9, 2 << 56);
     s.put(inode, &[0u8; 64]).expect("inode");
     let then = |size: u64| iris_store::ThenPatch {
+        sync_expected: false,
         key: inode,
         unless_unchanged_since: None,
         patch: move |_: &[u8], replaced: bool, p: &mut iris_store::Patch| {
@@ -1109,6 +1111,7 @@ fn a_partial_put_patches_in_the_same_hold_unless_the_stamp_holds() {
                 out[at..at + 100].fill(byte);
             },
             Some(iris_store::ThenPatch {
+                sync_expected: false,
                 key: meta,
                 unless_unchanged_since: unless,
                 patch: move |_: &[u8], replaced: bool, p: &mut iris_store::Patch| {
@@ -1261,6 +1264,7 @@ fn writers_of_disjoint_blocks_of_one_file_patch_its_shared_record_without_losing
                                 out[..8].copy_from_slice(&(first + i as u64).to_le_bytes());
                             },
                             Some(iris_store::ThenPatch {
+                                sync_expected: false,
                                 key: meta,
                                 unless_unchanged_since: None,
                                 patch: move |_: &[u8], _: bool, p: &mut iris_store::Patch| {
