@@ -240,13 +240,25 @@ impl Allocator {
     /// Allocate one block holding only partition `p`'s lock: no growth, only `p`'s limbo
     /// drained, never from the reserve. `None` when the caller must retry holding every lock.
     pub fn alloc_in(&self, p: u64) -> Option<u64> {
+        self.alloc_holding(p, true)
+    }
+
+    /// [`Allocator::alloc_in`] from `p`'s share only (and the blocks a commit freed lately):
+    /// `None` when the share's walk finds nothing, without the walk of the whole bitmap from
+    /// the shared cursor, whose line every allocating writer would then write. The caller
+    /// tries another partition's share.
+    pub fn alloc_in_share(&self, p: u64) -> Option<u64> {
+        self.alloc_holding(p, false)
+    }
+
+    fn alloc_holding(&self, p: u64, wide: bool) -> Option<u64> {
         let end = self.end(false);
-        if let Some(b) = self.scan(p, end) {
+        if let Some(b) = self.scan_from(p, end, wide) {
             return Some(b);
         }
         if self.readers.parked_in(p) > 0 {
             self.drain(p);
-            return self.scan(p, end);
+            return self.scan_from(p, end, wide);
         }
         None
     }
@@ -278,6 +290,12 @@ impl Allocator {
     /// cursor at `u64::MAX` (its share is full) until a free in its share lowers it again, so a
     /// full share costs one bounded walk, not one per allocation.
     fn scan(&self, p: u64, backed: u64) -> Option<u64> {
+        self.scan_from(p, backed, true)
+    }
+
+    /// [`Allocator::scan`]; without `wide`, its own share only (`None` where the whole bitmap
+    /// would be walked).
+    fn scan_from(&self, p: u64, backed: u64, wide: bool) -> Option<u64> {
         if let Some(b) = self.take_recent(p, backed) {
             return Some(b);
         }
@@ -314,6 +332,9 @@ impl Allocator {
                 }
             }
             cursor.store(u64::MAX, Ordering::Relaxed);
+        }
+        if !wide {
+            return None;
         }
         let shared = self.header.shared_hint();
         let hint = shared
@@ -623,5 +644,58 @@ impl Allocator {
         self.header
             .set_pending_blocks(self.header.pending_blocks().saturating_sub(unpended));
         freed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An allocator over a fresh in-memory volume of `blocks` 4 KiB blocks, all backed (`buf`
+    /// keeps the memory alive).
+    fn scratch(blocks: u64, buf: &mut Vec<u64>) -> Allocator {
+        let layout = Layout::new(4096, blocks).expect("layout");
+        *buf = vec![0u64; (blocks * 4096 / 8) as usize];
+        let region = Region::new(buf.as_mut_ptr().cast(), blocks * 4096);
+        let header = Header::new(region, &layout);
+        header.set_backed_blocks(blocks);
+        let alloc = Allocator::new(region, layout, header);
+        alloc.reset();
+        alloc
+    }
+
+    #[test]
+    fn a_share_only_allocation_stays_in_its_share_and_a_full_share_gives_none() {
+        let mut buf = Vec::new();
+        let alloc = scratch(16384, &mut buf);
+        let reserve = alloc.reserve_blocks();
+        let usable = 16384 - reserve - alloc.layout.data_start;
+        let mut mine = 0u64;
+        while let Some(b) = alloc.alloc_in_share(3) {
+            assert_eq!(share_of(b / 64), 3, "block {b} is another share's");
+            mine += 1;
+            assert!(mine <= usable, "allocated more than the volume holds");
+        }
+        // The share's walk ends within its own lines: it found roughly an eighth of the space.
+        assert!(
+            mine >= usable / PARTITIONS - LINE_WORDS * 64
+                && mine <= usable / PARTITIONS + LINE_WORDS * 64,
+            "{mine} blocks of {usable}"
+        );
+        // Another share still has room; the wide allocation for the full share finds it too.
+        let b = alloc.alloc_in_share(4).expect("share 4 has room");
+        assert_eq!(share_of(b / 64), 4);
+        let b = alloc.alloc_in(3).expect("the whole bitmap has room");
+        assert_ne!(share_of(b / 64), 3);
+        // A block of share 3 freed is found again by the share's own allocation.
+        let first = alloc
+            .layout
+            .data_start
+            .next_multiple_of(64 * LINE_WORDS * PARTITIONS)
+            + 3 * 64 * LINE_WORDS;
+        assert!(alloc.is_used(first));
+        alloc.free_now(first);
+        assert_eq!(alloc.alloc_in_share(3), Some(first));
+        assert_eq!(alloc.alloc_in_share(3), None);
     }
 }

@@ -63,7 +63,7 @@ extern "C" fn forget_me_after_fork() {
     ME.with(|m| m.set(0));
 }
 
-fn me() -> u64 {
+pub(crate) fn me() -> u64 {
     ME.with(|m| {
         let cached = m.get();
         if cached != 0 {

@@ -543,6 +543,35 @@ impl Inner {
     }
 }
 
+thread_local! {
+    /// The partition whose share of the free space this thread allocates from first: where its
+    /// last allocation found the lock free (see [`home_share`]).
+    static HOME_SHARE: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+/// The partition whose share of the free space (lock, cursor, counters, in-flight slots,
+/// bitmap words) this thread allocates from first. A thread that keeps to one share keeps those
+/// lines in its own cache, and so do the frees of blocks it allocated there; the partition of
+/// the written key moves with every 1 MiB region of a file, so two writers allocating by it
+/// would pass every line back and forth. Chosen from the thread's ids at first, then wherever
+/// the thread last found a lock free, so writers spread over the shares by themselves.
+pub(crate) fn home_share() -> u64 {
+    HOME_SHARE.with(|h| {
+        let s = h.get();
+        if s < PARTITIONS {
+            return s;
+        }
+        let s = (crate::readers::me().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % PARTITIONS;
+        h.set(s);
+        s
+    })
+}
+
+/// This thread allocated from partition `p`'s share (see [`home_share`]).
+pub(crate) fn set_home_share(p: u64) {
+    HOME_SHARE.with(|h| h.set(p));
+}
+
 /// The kernel's boot id, as a number.
 pub fn kernel_boot_id() -> u128 {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -1121,7 +1150,7 @@ impl Store {
             return self.put_sized_then_patch(key, |_| len, |_, out| fill(out), then);
         }
         let p = partition_of(key);
-        let Some((block, slot)) = Self::reserve_block(inner, p)? else {
+        let Some((block, slot)) = Self::reserve_block(inner)? else {
             // Every in-flight slot is busy: fill under the lock instead.
             return self.put_block_under_lock(key, len, fill, then);
         };
@@ -1192,30 +1221,40 @@ impl Store {
     /// Allocate a block for partition `p` and reserve an in-flight slot for it, holding that
     /// partition's lock (every lock when the volume must grow or commit to find space). `None`
     /// when every in-flight slot is busy.
-    fn reserve_block(inner: &Inner, p: u64) -> Result<Option<(u64, u64)>> {
-        // Any partition's share will do: take the first whose lock is free (writers of other
-        // keys never wait here for each other), else wait for `p`'s.
-        let mut free = None;
-        for q in (0..PARTITIONS).map(|i| (p + i) % PARTITIONS) {
-            if let Some(g) = inner.try_lock_partition(q) {
-                free = Some((q, g?));
+    fn reserve_block(inner: &Inner) -> Result<Option<(u64, u64)>> {
+        // Any partition's share will do: this thread's own first, else the next whose lock is
+        // free and whose share has a free block (writers never wait here for each other, and
+        // a thread whose share filled up moves on), else, holding every lock, anywhere (the
+        // volume grows or a commit frees space).
+        let home = home_share();
+        let mut fast = None;
+        for q in (0..PARTITIONS).map(|i| (home + i) % PARTITIONS) {
+            let Some(g) = inner.try_lock_partition(q) else {
+                continue;
+            };
+            let g = g?;
+            if g.is_all() {
+                fast = Some((q, None, g));
+                break;
+            }
+            if let Some(b) = inner.alloc.alloc_in_share(q) {
+                set_home_share(q);
+                fast = Some((q, Some(b), g));
                 break;
             }
         }
-        let (p, g) = match free {
-            Some(found) => found,
-            None => (p, inner.lock_partition(p)?),
-        };
-        let fast = if g.is_all() {
-            None
-        } else {
-            inner.alloc.alloc_in(p)
-        };
-        let (b, _g) = match fast {
-            Some(b) => (b, g),
-            None => {
+        let (p, b, _g) = match fast {
+            Some((p, Some(b), g)) => (p, b, g),
+            found => {
+                let (p, g) = match found {
+                    Some((p, _, g)) => (p, g),
+                    None => (home, inner.lock_partition(home)?),
+                };
                 let g = if g.is_all() {
                     g
+                } else if let Some(b) = inner.alloc.alloc_in(p) {
+                    // (Every free lock's share was full: the whole bitmap, from p's lock.)
+                    return Self::reserve_slot(inner, p, b);
                 } else {
                     drop(g);
                     inner.lock()?
@@ -1228,9 +1267,15 @@ impl Store {
                     }
                     Err(e) => return Err(e),
                 };
-                (b, g)
+                (p, b, g)
             }
         };
+        Self::reserve_slot(inner, p, b)
+    }
+
+    /// Reserve an in-flight slot of partition `p` for block `b`, just allocated (the caller
+    /// holds a lock): `None`, the block freed again, when every slot is busy.
+    fn reserve_slot(inner: &Inner, p: u64, b: u64) -> Result<Option<(u64, u64)>> {
         match inner.alloc.readers().reserve(p, b) {
             Some(slot) => Ok(Some((b, slot))),
             None => {

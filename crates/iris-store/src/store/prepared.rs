@@ -7,7 +7,7 @@
 
 use std::cell::Cell;
 
-use super::{Inner, Result, Store, Tx, Val, PARTITIONS};
+use super::{home_share, set_home_share, Inner, Result, Store, Tx, Val, PARTITIONS};
 use crate::allocator::list_capacity;
 use crate::key::Key;
 use crate::readers::INFLIGHT_LIST;
@@ -46,23 +46,27 @@ impl Store {
         if count == 0 {
             return Ok(None);
         }
-        // Any partition's share of the bitmap will do: the first whose lock is free.
+        // Any partition's share of the bitmap will do: this thread's own (see `home_share`),
+        // else the next whose lock is free and whose share has room.
+        let home = home_share();
         let mut held = None;
-        for p in 0..PARTITIONS {
-            if let Some(g) = inner.try_lock_partition(p) {
-                held = Some((p, g?));
+        for p in (0..PARTITIONS).map(|i| (home + i) % PARTITIONS) {
+            let Some(g) = inner.try_lock_partition(p) else {
+                continue;
+            };
+            let g = g?;
+            if g.is_all() {
+                return Ok(None);
+            }
+            if let Some(list) = inner.alloc.alloc_in_share(p) {
+                held = Some((p, g, list));
                 break;
             }
         }
-        let Some((p, g)) = held else {
+        let Some((p, g, list)) = held else {
             return Ok(None);
         };
-        if g.is_all() {
-            return Ok(None);
-        }
-        let Some(list) = inner.alloc.alloc_in(p) else {
-            return Ok(None);
-        };
+        set_home_share(p);
         inner.alloc.list_start(list);
         let Some(slot) = inner.alloc.readers().reserve(p, list | INFLIGHT_LIST) else {
             inner.alloc.free_now(list);
