@@ -1218,9 +1218,9 @@ impl Store {
         })
     }
 
-    /// Allocate a block for partition `p` and reserve an in-flight slot for it, holding that
-    /// partition's lock (every lock when the volume must grow or commit to find space). `None`
-    /// when every in-flight slot is busy.
+    /// Allocate a block and reserve an in-flight slot for it, holding the lock of the partition
+    /// whose share it comes from (see [`home_share`]; every lock when the volume must grow or
+    /// commit to find space). `None` when every in-flight slot is busy.
     fn reserve_block(inner: &Inner) -> Result<Option<(u64, u64)>> {
         // Any partition's share will do: this thread's own first, else the next whose lock is
         // free and whose share has a free block (writers never wait here for each other, and
