@@ -43,6 +43,23 @@ impl<const N: usize> Slot<N> {
         (self.seq.load(Ordering::Relaxed) == s1).then_some(out)
     }
 
+    /// Whether the slot's first two words read `a` and `b` (with plain loads: a slot that
+    /// already holds what a writer would put there is not written, so threads that keep
+    /// refreshing one entry leave its lines shared instead of passing them back and forth).
+    #[inline]
+    fn begins_with(&self, a: u64, b: u64) -> bool {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return false;
+        }
+        let (w0, w1) = (
+            self.words[0].load(Ordering::Relaxed),
+            self.words[1].load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) == s1 && w0 == a && w1 == b
+    }
+
     /// Replace the words, unless another thread is filling the slot.
     #[inline]
     fn write(&self, words: &[u64; N]) {
@@ -125,9 +142,16 @@ impl Caches {
         Inode::decode(ino, &bytes).ok()
     }
 
-    /// Remember the inode record of `ino`, read at change stamp `stamp`.
+    /// Remember the inode record of `ino`, read at change stamp `stamp`. Nothing is written when
+    /// the slot holds the record at that stamp already (the stamp moves with every change of
+    /// the record, so it is the same record): the common case of writes that leave the inode
+    /// as it was.
     #[inline]
     pub fn put_inode(&self, inode: &Inode, stamp: u64) {
+        let slot = self.inodes.slot(mix(inode.ino, u64::MAX));
+        if inode.ino != 0 && slot.begins_with(inode.ino, stamp) {
+            return;
+        }
         let bytes = inode.encode();
         let mut w = [0u64; 2 + INODE_WORDS];
         w[0] = inode.ino;
@@ -137,7 +161,7 @@ impl Caches {
             b.copy_from_slice(chunk);
             *word = u64::from_le_bytes(b);
         }
-        self.inodes.slot(mix(inode.ino, u64::MAX)).write(&w);
+        slot.write(&w);
     }
 }
 
@@ -363,6 +387,21 @@ mod tests {
         assert_eq!(c.inode(7, 5), Some(inode(7, 99)));
         assert_eq!(c.inode(7, 6), None);
         assert_eq!(c.inode(8, 5), None);
+    }
+
+    #[test]
+    fn a_record_cached_at_its_stamp_already_is_not_written_again() {
+        let c = Caches::new();
+        c.put_inode(&inode(7, 99), 5);
+        let slot = c.inodes.slot(mix(7, u64::MAX));
+        let seq = slot.seq.load(Ordering::Relaxed);
+        c.put_inode(&inode(7, 99), 5);
+        assert_eq!(slot.seq.load(Ordering::Relaxed), seq, "rewritten");
+        // A new stamp, or another inode of the same slot, is written.
+        c.put_inode(&inode(7, 100), 6);
+        assert_eq!(slot.seq.load(Ordering::Relaxed), seq + 2);
+        assert_eq!(c.inode(7, 6), Some(inode(7, 100)));
+        assert_eq!(c.inode(7, 5), None);
     }
 
     #[test]
