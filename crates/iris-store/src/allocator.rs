@@ -60,6 +60,17 @@ fn share_of(w: u64) -> u64 {
     (w / LINE_WORDS) % PARTITIONS
 }
 
+/// Move an allocation cursor to word `w`, storing only if it moves: a cursor shares its cache
+/// line with its partition's lock, which writers of other threads take to publish, so a store
+/// per allocation would pass the line back and forth (the cursor stays on one word for up to
+/// 64 allocations).
+#[inline]
+fn advance(cursor: &std::sync::atomic::AtomicU64, w: u64) {
+    if cursor.load(Ordering::Relaxed) != w {
+        cursor.store(w, Ordering::Relaxed);
+    }
+}
+
 /// Lower `cursor` to `w` if that is lower, without taking its cache line when it is not (the
 /// cursors live in lines every writer reads).
 #[inline]
@@ -326,7 +337,7 @@ impl Allocator {
                 };
                 for word in from..((l + 1) * LINE_WORDS).min(end_word) {
                     if let Some(b) = self.take_bit(word, backed) {
-                        cursor.store(word, Ordering::Relaxed);
+                        advance(cursor, word);
                         return Some(b);
                     }
                 }
@@ -342,7 +353,7 @@ impl Allocator {
             .clamp(first_word, end_word - 1);
         for word in (hint..end_word).chain(first_word..hint) {
             if let Some(b) = self.take_bit(word, backed) {
-                shared.store(word, Ordering::Relaxed);
+                advance(shared, word);
                 return Some(b);
             }
         }
