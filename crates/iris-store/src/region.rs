@@ -50,6 +50,23 @@ impl Region {
         };
     }
 
+    /// Start loading the cache line at `off` for writing (a hint; out-of-range offsets are
+    /// ignored): a store into a line not yet in the cache waits for it, and so does every
+    /// atomic instruction after the store.
+    #[inline]
+    pub(crate) fn prefetch_w(&self, off: u64) {
+        if off >= self.len {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `off` is inside the mapping; a prefetch never faults and changes no memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
+                self.base.add(off as usize).cast::<i8>(),
+            )
+        };
+    }
+
     #[inline]
     pub(crate) fn read_u64(&self, off: u64) -> u64 {
         self.check(off, 8);

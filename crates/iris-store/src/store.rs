@@ -1441,6 +1441,17 @@ impl Store {
         if gen != inner.header.working_gen() {
             return Ok(None);
         }
+        if offset < len as usize {
+            // The lines this write stores into, on their way while the patch is planned and
+            // the undo record armed.
+            let at = inner.layout.offset(block) + offset as u64;
+            let end = at + data.len().min(len as usize - offset) as u64;
+            let mut line = at & !63;
+            while line < end {
+                inner.region.prefetch_w(line);
+                line += 64;
+            }
+        }
         if offset >= len as usize {
             // Past the value's end (a file extended, then written in order): an append into
             // the block's tail, which also needs the patched key's partition.
