@@ -1,49 +1,51 @@
 //! A short list that lives inline and spills to the heap only when long: a single-key update
-//! touches a handful of blocks, so the hot path allocates nothing.
+//! touches a handful of blocks, so the hot path allocates nothing. The inline room is not
+//! zeroed when a list is made (a transaction makes two per operation).
 
-/// Up to `N` items inline, more in a heap vector.
-pub(crate) struct BlockList<T: Copy + Default, const N: usize> {
-    inline: [T; N],
-    len: usize,
-    spill: Vec<T>,
+use smallvec::SmallVec;
+
+/// Up to `N` items inline, more on the heap.
+pub(crate) struct BlockList<T: Copy, const N: usize> {
+    items: SmallVec<[T; N]>,
 }
 
-impl<T: Copy + Default + PartialEq, const N: usize> BlockList<T, N> {
+impl<T: Copy + PartialEq, const N: usize> BlockList<T, N> {
     pub fn new() -> Self {
         BlockList {
-            inline: [T::default(); N],
-            len: 0,
-            spill: Vec::new(),
+            items: SmallVec::new(),
         }
     }
 
     pub fn push(&mut self, v: T) {
-        if self.len < N {
-            self.inline[self.len] = v;
-            self.len += 1;
-        } else {
-            self.spill.push(v);
-        }
+        self.items.push(v);
     }
 
     pub fn contains(&self, v: &T) -> bool {
-        self.inline[..self.len].contains(v) || self.spill.contains(v)
+        self.items.contains(v)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
-        self.inline[..self.len]
-            .iter()
-            .copied()
-            .chain(self.spill.iter().copied())
+        self.items.iter().copied()
+    }
+
+    /// Items held.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Item `i` (below [`BlockList::len`]).
+    pub fn get(&self, i: usize) -> T {
+        self.items[i]
     }
 
     pub fn clear(&mut self) {
-        self.len = 0;
-        self.spill.clear();
+        self.items.clear();
     }
 
     pub fn take(&mut self) -> BlockList<T, N> {
-        std::mem::replace(self, BlockList::new())
+        BlockList {
+            items: std::mem::take(&mut self.items),
+        }
     }
 }
 
@@ -59,8 +61,12 @@ mod tests {
         }
         assert_eq!(l.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
         assert!(l.contains(&3) && l.contains(&0) && !l.contains(&9));
+        assert_eq!((l.len(), l.get(0), l.get(4)), (5, 0, 4));
         let t = l.take();
         assert_eq!(t.iter().count(), 5);
         assert_eq!(l.iter().count(), 0);
+        l.push(7);
+        l.clear();
+        assert_eq!(l.len(), 0);
     }
 }

@@ -969,8 +969,8 @@ impl<'a> Txn<'a> {
         // seen stale by then (see Header::change_stamp).
         self.cx.header.bump_change_stamps(&self.touched);
         let newest_snapshot = self.cx.header.newest_snapshot_generation();
-        let released = self.released.take();
-        for (block, birth) in released.iter() {
+        for i in 0..self.released.len() {
+            let (block, birth) = self.released.get(i);
             if self.is_fresh(block) {
                 // Never published: no reader can have seen it.
                 self.cx.alloc.free_now(block);
@@ -984,6 +984,7 @@ impl<'a> Txn<'a> {
                 self.cx.alloc.defer_free(block);
             }
         }
+        self.released.clear();
         self.fresh.clear();
     }
 
