@@ -397,7 +397,7 @@ mod tests {
         let seq = slot.seq.load(Ordering::Relaxed);
         c.put_inode(&inode(7, 99), 5);
         assert_eq!(slot.seq.load(Ordering::Relaxed), seq, "rewritten");
-        // A new stamp, or another inode of the same slot, is written.
+        // A new stamp is written.
         c.put_inode(&inode(7, 100), 6);
         assert_eq!(slot.seq.load(Ordering::Relaxed), seq + 2);
         assert_eq!(c.inode(7, 6), Some(inode(7, 100)));

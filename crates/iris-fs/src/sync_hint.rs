@@ -1,21 +1,34 @@
-//! Which files this process syncs after each write: a file synced since its last write (as
-//! under `fdatasync` after every write, or O_DSYNC emulated by the caller) will likely be synced
-//! again right after its next write, so that write may commit while it holds every lock anyway
-//! (see `iris_store::ThenPatch::sync_expected`). A hint table, not a record: a collision or a
-//! race costs one commit too many or too few, never a lost sync.
+//! Which files this process syncs after every single write (as under `fdatasync=1`, or O_DSYNC
+//! emulated by the caller): when a file's last sync covered exactly one write, the next write
+//! is likely followed by a sync too, so it may take every lock at once and commit before it
+//! lets them go (see `iris_store::ThenPatch::sync_expected`); the sync then has nothing left to
+//! do. A file written several times per sync (a database's pages, a log's records) never
+//! qualifies: committing at its first write would add a commit to each of its syncs.
+//!
+//! A hint table, not a record: a collision or a race costs at most one commit too many or too
+//! few, never a lost sync (the sync still commits whatever is not durable).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Slots of the table; files hash to one by inode number.
 const SLOTS: usize = 64;
 
+/// In a slot's state word: the file's last sync covered exactly one write.
+const EXPECT: u64 = 1 << 63;
+/// The rest of the state word: writes since the last sync, counted up to 2.
+const WRITES: u64 = 3;
+
 /// One slot on its own cache line: writers of different files do not share a line.
 #[repr(align(64))]
 #[derive(Default)]
-struct Slot(AtomicU64);
+struct Slot {
+    /// One plus the inode number of the file the slot follows (0: none).
+    tag: AtomicU64,
+    /// [`EXPECT`] and the count of writes since that file's last sync.
+    state: AtomicU64,
+}
 
-/// The table: each slot holds one plus the inode number of a file synced since its last write
-/// (0: none).
+/// The table. A sync claims its file's slot; a write only updates the slot of its own file.
 pub(crate) struct SyncHints {
     slots: [Slot; SLOTS],
 }
@@ -28,31 +41,46 @@ impl SyncHints {
         }
     }
 
-    fn slot(&self, ino: u64) -> &AtomicU64 {
-        &self.slots[(ino % SLOTS as u64) as usize].0
+    fn slot(&self, ino: u64) -> &Slot {
+        &self.slots[(ino % SLOTS as u64) as usize]
     }
 
     /// `ino` was just synced.
     pub(crate) fn synced(&self, ino: u64) {
         let s = self.slot(ino);
         let tag = ino.wrapping_add(1);
-        if s.load(Ordering::Relaxed) != tag {
-            s.store(tag, Ordering::Relaxed);
+        let next = if s.tag.load(Ordering::Relaxed) == tag {
+            let writes = s.state.load(Ordering::Relaxed) & WRITES;
+            if writes == 1 {
+                EXPECT
+            } else {
+                0
+            }
+        } else {
+            s.tag.store(tag, Ordering::Relaxed);
+            0
+        };
+        if s.state.load(Ordering::Relaxed) != next {
+            s.state.store(next, Ordering::Relaxed);
         }
     }
 
-    /// A write of `ino` starts: whether the file was synced since its last write (the mark is
-    /// taken, so only the first write after a sync expects one). A plain load when not: writes
-    /// of files nobody syncs never write the table.
+    /// A write of `ino` starts: whether a sync is expected right after it (its file's last sync
+    /// covered exactly one write, and this is the first write since). Plain loads, and no store,
+    /// for files this table does not follow or that have been written twice since their sync.
     pub(crate) fn take(&self, ino: u64) -> bool {
         let s = self.slot(ino);
-        let tag = ino.wrapping_add(1);
-        if s.load(Ordering::Relaxed) == tag {
-            s.store(0, Ordering::Relaxed);
-            true
-        } else {
-            false
+        if s.tag.load(Ordering::Relaxed) != ino.wrapping_add(1) {
+            return false;
         }
+        let state = s.state.load(Ordering::Relaxed);
+        let writes = state & WRITES;
+        if writes >= 2 {
+            return false;
+        }
+        s.state
+            .store((state & EXPECT) | (writes + 1), Ordering::Relaxed);
+        writes == 0 && state & EXPECT != 0
     }
 }
 
@@ -61,14 +89,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_first_write_after_a_sync_expects_one() {
+    fn only_a_file_synced_after_each_single_write_expects_a_sync() {
         let h = SyncHints::new();
         assert!(!h.take(7), "never synced");
+        h.synced(7); // claims the slot
+        assert!(
+            !h.take(7),
+            "the sync before covered no write this table saw"
+        );
+        h.synced(7); // covered one write
+        assert!(h.take(7), "one write per sync");
         h.synced(7);
-        assert!(h.take(7));
+        assert!(h.take(7), "and again");
         assert!(!h.take(7), "the second write since the sync");
-        h.synced(0);
-        assert!(!h.take(SLOTS as u64), "another file of the same slot");
-        assert!(h.take(0));
+        assert!(!h.take(7));
+        h.synced(7); // covered three writes
+        assert!(!h.take(7), "several writes per sync: no early commit");
+        h.synced(7); // covered one write again
+        assert!(h.take(7));
+        // Another file of the same slot takes it over at its sync; the first loses its hint.
+        h.synced(7 + SLOTS as u64);
+        assert!(!h.take(7));
+        assert!(!h.take(7 + SLOTS as u64));
+        h.synced(7 + SLOTS as u64);
+        assert!(h.take(7 + SLOTS as u64));
     }
 }

@@ -460,6 +460,13 @@ impl Allocator {
             match media.grow(self.layout.offset(new_backed)) {
                 Ok(()) => {
                     self.header.set_backed_blocks(new_backed);
+                    // A share whose walk found nothing parked its cursor (see `scan`): point
+                    // it at its first word of the new space, which only this growth frees.
+                    let first = backed / 64;
+                    for p in 0..PARTITIONS {
+                        let line = (first / LINE_WORDS).next_multiple_of(PARTITIONS) + p;
+                        lower(self.header.part_hint(p), line * LINE_WORDS);
+                    }
                     return Ok(());
                 }
                 // The medium is short of room for the whole step: take what it has.
@@ -708,5 +715,24 @@ mod tests {
         alloc.free_now(first);
         assert_eq!(alloc.alloc_in_share(3), Some(first));
         assert_eq!(alloc.alloc_in_share(3), None);
+    }
+
+    #[test]
+    fn a_share_that_filled_up_finds_the_space_a_growth_adds() {
+        let blocks = 16384;
+        let media = iris_media::SimMedia::new(blocks * 4096);
+        let layout = Layout::new(4096, blocks).expect("layout");
+        let region = Region::new(media.base(), blocks * 4096);
+        let header = Header::new(region, &layout);
+        let backed = layout.data_start + 4096;
+        header.set_backed_blocks(backed);
+        let alloc = Allocator::new(region, layout, header);
+        alloc.reset();
+        while alloc.alloc_in_share(2).is_some() {}
+        alloc.grow(&media).expect("grow");
+        assert!(header.backed_blocks() > backed);
+        let b = alloc.alloc_in_share(2).expect("room after the growth");
+        assert!(b >= backed, "block {b} is not of the new space");
+        assert_eq!(share_of(b / 64), 2);
     }
 }

@@ -136,11 +136,14 @@ pub struct ThenPatch<F> {
     /// than once, when a first attempt has to be redone holding more locks); told whether the
     /// put replaced a value. A patch whose words already hold their values is not written.
     pub patch: F,
-    /// The caller expects a sync of this write right after it (its file was synced after its
-    /// last write, as under `fdatasync` after each write): when the write holds every lock
-    /// anyway (it copied a committed leaf's path), commit before releasing them, so that the
-    /// sync finds its generation durable instead of taking every lock a second time. A hint:
-    /// committing early is always safe; a failed commit is left for the sync to report.
+    /// The caller expects a sync of this write right after it (as under `fdatasync` after each
+    /// write): the last commit is then likely recent and the key's leaf committed, so the write
+    /// would copy the leaf's path under every lock. With this set, the writes that can
+    /// ([`Store::put_block_then_patch`], [`Store::put_sized_then_patch`],
+    /// [`Store::insert_growing_then_patch`]) take every lock at once, without an attempt under
+    /// their partition's lock first, and commit before releasing them, so that the sync finds
+    /// its generation durable instead of taking every lock a second time. Others ignore it. A
+    /// hint: committing early is always safe; a failed commit is left for the sync to report.
     pub sync_expected: bool,
 }
 
@@ -545,8 +548,9 @@ impl Inner {
 
 thread_local! {
     /// The partition whose share of the free space this thread allocates from first: where its
-    /// last allocation found the lock free (see [`home_share`]).
-    static HOME_SHARE: Cell<u64> = const { Cell::new(u64::MAX) };
+    /// last allocation found the lock free (see [`home_share`]), and the thread's ids when it
+    /// was chosen (a child forked by this thread starts afresh).
+    static HOME_SHARE: Cell<(u64, u64)> = const { Cell::new((0, u64::MAX)) };
 }
 
 /// The partition whose share of the free space (lock, cursor, counters, in-flight slots,
@@ -556,20 +560,22 @@ thread_local! {
 /// would pass every line back and forth. Chosen from the thread's ids at first, then wherever
 /// the thread last found a lock free, so writers spread over the shares by themselves.
 pub(crate) fn home_share() -> u64 {
+    let me = crate::readers::me();
     HOME_SHARE.with(|h| {
-        let s = h.get();
-        if s < PARTITIONS {
+        let (ids, s) = h.get();
+        if ids == me && s < PARTITIONS {
             return s;
         }
-        let s = (crate::readers::me().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % PARTITIONS;
-        h.set(s);
+        let s = (me.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % PARTITIONS;
+        h.set((me, s));
         s
     })
 }
 
 /// This thread allocated from partition `p`'s share (see [`home_share`]).
 pub(crate) fn set_home_share(p: u64) {
-    HOME_SHARE.with(|h| h.set(p));
+    let me = crate::readers::me();
+    HOME_SHARE.with(|h| h.set((me, p)));
 }
 
 /// The kernel's boot id, as a number.
@@ -1197,11 +1203,10 @@ impl Store {
             }
         };
         txn.commit_publish();
-        let expected = then.as_ref().is_some_and(|t| t.sync_expected);
+        // (A write expecting a sync went the way of `put_sized_then_patch` above.)
         let (found, patched) = Self::then_patch_locked(inner, then, replaced, stamp_before)?;
         let stamp = inner.header.change_stamp(key);
         let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
-        Self::commit_if_sync_expected(inner, &g, expected);
         drop(g);
         Ok(BlockPut {
             found,
@@ -1224,8 +1229,9 @@ impl Store {
     fn reserve_block(inner: &Inner) -> Result<Option<(u64, u64)>> {
         // Any partition's share will do: this thread's own first, else the next whose lock is
         // free and whose share has a free block (writers never wait here for each other, and
-        // a thread whose share filled up moves on), else, holding every lock, anywhere (the
-        // volume grows or a commit frees space).
+        // a thread whose share filled up moves on). Failing that, holding its own partition's
+        // lock (waiting for it if need be), anywhere in the bitmap; then, holding every lock,
+        // anywhere after the volume grows or a commit frees space.
         let home = home_share();
         let mut fast = None;
         for q in (0..PARTITIONS).map(|i| (home + i) % PARTITIONS) {
@@ -1253,7 +1259,7 @@ impl Store {
                 let g = if g.is_all() {
                     g
                 } else if let Some(b) = inner.alloc.alloc_in(p) {
-                    // (Every free lock's share was full: the whole bitmap, from p's lock.)
+                    // (No share had room under a free lock: the whole bitmap, under p's lock.)
                     return Self::reserve_slot(inner, p, b);
                 } else {
                     drop(g);

@@ -63,6 +63,17 @@ impl Store {
                 break;
             }
         }
+        let held = match held {
+            Some(found) => Some(found),
+            // No share had room under a free lock: the whole bitmap, under the first free one.
+            None => (0..PARTITIONS)
+                .map(|i| (home + i) % PARTITIONS)
+                .find_map(|p| inner.try_lock_partition(p).map(|g| (p, g)))
+                .map(|(p, g)| g.map(|g| (p, g)))
+                .transpose()?
+                .filter(|(_, g)| !g.is_all())
+                .and_then(|(p, g)| inner.alloc.alloc_in(p).map(|list| (p, g, list))),
+        };
         let Some((p, g, list)) = held else {
             return Ok(None);
         };
