@@ -277,21 +277,36 @@ fn power_loss_during_the_unlink_of_a_big_file_leaves_it_whole_or_gone() {
     assert!(halfway > 0, "no power loss landed between two purge steps");
 }
 
+/// A file system on simulated media with two new files, `/a` and `/b`.
+fn two_files() -> (Arc<SimMedia>, Fs, u64, u64) {
+    let (sim, fs) = sim_fs(8 << 20, 4096);
+    let open = |name: &[u8]| {
+        fs.open(
+            &Cred::root(),
+            ROOT_INO,
+            name,
+            libc::O_CREAT | libc::O_RDWR,
+            0o644,
+        )
+        .expect("create")
+        .ino
+    };
+    let (a, b) = (open(b"/a"), open(b"/b"));
+    (sim, fs, a, b)
+}
+
+/// Commits made since the volume was opened.
+fn commits(fs: &Fs) -> u64 {
+    fs.store().stats().expect("stats").commits
+}
+
 #[test]
 fn a_file_sync_commits_unless_the_files_changes_are_committed_and_survives_power_loss() {
     // fsync of a file commits the whole tree, unless every change to that file is in the last
     // commit already: then it returns at once, and other files' changes stay uncommitted.
-    let (sim, fs) = sim_fs(8 << 20, 4096);
-    let c = Cred::root();
-    let open = |name: &[u8]| {
-        fs.open(&c, ROOT_INO, name, libc::O_CREAT | libc::O_RDWR, 0o644)
-            .expect("create")
-            .ino
-    };
-    let (a, b) = (open(b"/a"), open(b"/b"));
+    let (sim, fs, a, b) = two_files();
     fs.write(a, 0, &[1u8; 5000]).expect("write a");
     fs.sync().expect("sync");
-    let commits = |fs: &Fs| fs.store().stats().expect("stats").commits;
     let before = commits(&fs);
     fs.write(b, 0, b"only in memory").expect("write b");
     fs.sync_inode(a).expect("sync a");
@@ -325,17 +340,9 @@ fn a_write_of_a_file_synced_after_each_write_commits_so_its_sync_has_nothing_to_
     // Under fdatasync after every write, the write that copies a committed block holds every
     // lock anyway: it commits before it lets go, and the sync that follows returns at once.
     // Only for a file whose last sync covered exactly one write, only at the first write since.
-    let (sim, fs) = sim_fs(8 << 20, 4096);
-    let c = Cred::root();
-    let open = |name: &[u8]| {
-        fs.open(&c, ROOT_INO, name, libc::O_CREAT | libc::O_RDWR, 0o644)
-            .expect("create")
-            .ino
-    };
-    let (a, b) = (open(b"/a"), open(b"/b"));
+    let (sim, fs, a, b) = two_files();
     fs.write(a, 0, &[1u8; 16384]).expect("write a");
     fs.write(b, 0, &[2u8; 4096]).expect("write b");
-    let commits = |fs: &Fs| fs.store().stats().expect("stats").commits;
     // A sync, one write, a sync: the pattern. The write does not commit.
     fs.sync_inode(a).expect("sync a");
     let before = commits(&fs);
