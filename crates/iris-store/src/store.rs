@@ -1024,8 +1024,12 @@ impl Store {
                 Ok(()) => {
                     txn.commit_publish();
                     let expected = then.as_ref().is_some_and(|t| t.sync_expected);
+                    let patch_key = then.as_ref().map(|t| t.key);
                     let (found, patched) =
                         Self::then_patch_locked(inner, then, replaced, stamp_before)?;
+                    // Every lock held: the patched key's stamp now is the one right after this
+                    // write (read before the commit, which may move stamps).
+                    let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
                     Self::commit_if_sync_expected(inner, &g, expected);
                     drop(g);
                     return Ok(BlockPut {
@@ -1033,7 +1037,7 @@ impl Store {
                         replaced,
                         patched,
                         located: None,
-                        patched_stamp: None,
+                        patched_stamp,
                     });
                 }
                 Err(StoreError::NoSpace)
