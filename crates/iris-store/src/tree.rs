@@ -229,9 +229,20 @@ struct Step {
 /// The internal nodes on the way to a leaf.
 type Path = [Step; MAX_HEIGHT];
 
+/// The path of a spot that has none (a remembered leaf's: never followed, see `Spot::remembered`).
+static NO_PATH: Path = [Step {
+    block: 0,
+    level: 0,
+    slot: 0,
+}; MAX_HEIGHT];
+
 /// Where a key is, or would go: the path to its leaf and its slot (`Err` = insert position).
 pub(crate) struct Spot {
-    path: Option<(Path, usize, Node)>,
+    /// The key's leaf (`None`: the tree is empty).
+    leaf: Option<Node>,
+    /// The internal nodes on the way to the leaf and their count (`None` for a remembered
+    /// leaf, so a spot made from a hint writes no path it does not have).
+    path: Option<(Path, usize)>,
     slot: std::result::Result<u16, u16>,
     /// The newest message for the key in a buffer on the way down: it, not the leaf, says what
     /// the key holds.
@@ -253,7 +264,8 @@ impl Spot {
     /// `slot`, and the shape has not moved since that was seen, so nothing above shadows it.
     pub fn from_leaf(leaf: Node, slot: u16) -> Spot {
         Spot {
-            path: Some(([Step::default(); MAX_HEIGHT], 0, leaf)),
+            leaf: Some(leaf),
+            path: None,
             slot: Ok(slot),
             shadow: None,
             remembered: true,
@@ -278,8 +290,8 @@ impl Spot {
 
     /// The key's slot in its leaf when nothing above shadows it.
     fn leaf_slot(&self) -> Option<(&Node, u16)> {
-        match (&self.path, self.slot, self.shadow) {
-            (Some((_, _, leaf)), Ok(i), None) => Some((leaf, i)),
+        match (&self.leaf, self.slot, self.shadow) {
+            (Some(leaf), Ok(i), None) => Some((leaf, i)),
             _ => None,
         }
     }
@@ -460,6 +472,7 @@ impl<'a> Txn<'a> {
     pub fn locate(&self, key: Key) -> Result<Spot> {
         if self.root == 0 {
             return Ok(Spot {
+                leaf: None,
                 path: None,
                 slot: Err(0),
                 shadow: None,
@@ -469,7 +482,8 @@ impl<'a> Txn<'a> {
         let (path, depth, leaf, shadow) = self.descend(key)?;
         let slot = leaf.search(key);
         Ok(Spot {
-            path: Some((path, depth, leaf)),
+            leaf: Some(leaf),
+            path: Some((path, depth)),
             slot,
             shadow,
             remembered: false,
@@ -481,8 +495,8 @@ impl<'a> Txn<'a> {
         if let Some(m) = spot.shadow {
             return Ok(self.cx.shadow_value(m));
         }
-        match (&spot.path, spot.slot) {
-            (Some((_, _, leaf)), Ok(i)) => Ok(Some(extend(leaf.value(i)?))),
+        match (&spot.leaf, spot.slot) {
+            (Some(leaf), Ok(i)) => Ok(Some(extend(leaf.value(i)?))),
             _ => Ok(None),
         }
     }
@@ -499,14 +513,18 @@ impl<'a> Txn<'a> {
     /// allocator may have).
     pub fn put_at(&mut self, spot: &Spot, key: Key, val: Val<'_>) -> Result<()> {
         self.touched.touch(key);
-        let Some((path, depth, leaf)) = spot.path.as_ref() else {
+        let Some(leaf) = spot.leaf.as_ref() else {
             let b = self.alloc()?;
             let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
             nb.push_leaf(key, val);
             nb.finish();
             return self.set_root(([(key, b), (Key::MIN, 0)], 1));
         };
-        let (path, depth, leaf) = (path, *depth, *leaf);
+        let leaf = *leaf;
+        let (path, depth) = match &spot.path {
+            Some((path, depth)) => (path, *depth),
+            None => (&NO_PATH, 0),
+        };
         // Bε: what is not a same-shaped replacement in the leaf becomes a message at the root.
         let buffered = self.cx.buffer > 0 && depth > 0;
         if spot.shadow.is_some() || (buffered && spot.slot.is_err()) {
@@ -655,7 +673,7 @@ impl<'a> Txn<'a> {
         if spot.shadow.is_some() {
             return Ok(spot.present().then_some(false));
         }
-        let (Some((_, _, leaf)), Ok(i)) = (&spot.path, spot.slot) else {
+        let (Some(leaf), Ok(i)) = (&spot.leaf, spot.slot) else {
             return Ok(None);
         };
         let leaf = *leaf;
