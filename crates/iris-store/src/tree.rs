@@ -219,7 +219,9 @@ fn extend<'a>(v: Val<'_>) -> Val<'a> {
 
 /// One internal node on the way to a leaf: its block, level and the slot taken. (Block numbers,
 /// not node views: the path is copied on every update, and views are cheap to load again.)
+/// Packed (12 bytes, not 16): a path is moved whole with every located key.
 #[derive(Clone, Copy, Default)]
+#[repr(C, packed(4))]
 struct Step {
     block: u64,
     level: u16,
