@@ -1337,7 +1337,7 @@ impl Store {
             block,
             len: len as u32,
         };
-        Self::finish_in_place(inner, txn, Some((key, at)), start, plan).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(Some)
     }
 
     /// Apply the plan's patch, publish, and say what the caller may cache. `patch` is the
@@ -1347,9 +1347,9 @@ impl Store {
         mut txn: Txn<'_>,
         located: Option<(Key, BlockRef)>,
         patch: Option<(Key, u64)>,
-        plan: PatchPlan,
+        plan: &PatchPlan,
     ) -> Result<BlockPut> {
-        let patched = match &plan {
+        let patched = match plan {
             PatchPlan::InPlace(spot, words) => {
                 txn.patch_at(spot, &words.words[..words.count])? == Some(true)
             }
@@ -1487,7 +1487,7 @@ impl Store {
         let at = BlockRef { block, len };
         let mut txn = txn;
         txn.note_written_in_place(key);
-        Self::finish_in_place(inner, txn, Some((key, at)), start, plan).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(Some)
     }
 
     /// Start loading the cache lines where this thread last found `key` or a neighbour of it,
