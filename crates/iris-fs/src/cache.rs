@@ -178,15 +178,27 @@ const CHUNKS: usize = 512;
 /// The block map of one inode in this process: for each file block, where its data block was
 /// found, tagged with the epoch in force then. `state` maps the inode's current change stamp to
 /// an epoch (a small counter that moves whenever a reader sees the stamp moved), so one word per
-/// block suffices; when the epoch wraps, the map is cleared.
+/// block suffices; when the epoch wraps, the map is cleared. A word of epoch 0 is only a hint of
+/// where the block was last seen ([`FileCache::last_seen`]): no epoch is 0, so it never answers a
+/// lookup.
+///
+/// Fills and epoch moves take the `advance` lock (tried, never waited for), and a fill stores
+/// only while the state is the one its lookup began in: a fill that raced a move, or a wrap and
+/// the moves after it, can never leave a word that reads as current for another stamp. (Writes
+/// trust the map's answer, checked against the stamp under the store's lock: a stale word there
+/// would name another block.)
 pub struct FileCache {
     ino: u64,
     /// (stamp << EPOCH_BITS) | epoch; 0 before first use.
     state: AtomicU64,
-    /// Serializes moving to a new epoch (only when the stamp moved).
+    /// Serializes fills and moves to a new epoch.
     advance: Mutex<()>,
     chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
 }
+
+/// An epoch of a [`FileCache`]: the state it was read in (its stamp and epoch number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Epoch(u64);
 
 impl FileCache {
     pub(crate) fn new(ino: u64) -> Self {
@@ -204,49 +216,56 @@ impl FileCache {
     }
 
     /// The epoch standing for change stamp `stamp`, moving to a new one if the stamp moved;
-    /// `None` if this reader's stamp is older than one already seen (it must not cache).
+    /// `None` if this reader's stamp is older than one already seen (it must not cache), or
+    /// another thread is moving the epoch.
     #[inline]
-    pub(crate) fn epoch(&self, stamp: u64) -> Option<u64> {
-        let want = stamp & (u64::MAX >> EPOCH_BITS);
+    pub(crate) fn epoch(&self, stamp: u64) -> Option<Epoch> {
+        self.epoch_now(stamp)
+            .or_else(|| self.advance_to(stamp_bits(stamp)))
+    }
+
+    /// The epoch standing for `stamp` if it is the one in force (no move).
+    #[inline]
+    pub(crate) fn epoch_now(&self, stamp: u64) -> Option<Epoch> {
         let st = self.state.load(Ordering::SeqCst);
-        if st != 0 && st >> EPOCH_BITS == want {
-            return Some(st & EPOCH_MASK);
-        }
-        self.advance_to(want)
+        (st != 0 && st >> EPOCH_BITS == stamp_bits(stamp)).then_some(Epoch(st))
     }
 
     #[cold]
-    fn advance_to(&self, want: u64) -> Option<u64> {
+    fn advance_to(&self, want: u64) -> Option<Epoch> {
         // Never waits: a reader that finds another advancing reads past the map this once (and
         // a child forked while a thread of its parent held this lock never blocks on it).
         let _g = self.advance.try_lock().ok()?;
         let st = self.state.load(Ordering::SeqCst);
         if st != 0 && st >> EPOCH_BITS >= want {
-            return (st >> EPOCH_BITS == want).then_some(st & EPOCH_MASK);
+            return (st >> EPOCH_BITS == want).then_some(Epoch(st));
         }
         let mut epoch = (st & EPOCH_MASK) + 1;
         if epoch > EPOCH_MASK {
-            // Wrapped: words of old epochs would read as current ones. Retire the state first,
-            // so a fill racing the clear sees it moved and undoes itself (see `put`).
+            // Wrapped: words of old epochs would read as current ones, so each becomes a hint
+            // of epoch 0 (where its block was last seen). No fill runs meanwhile (they hold
+            // this lock), and lookups of the old state miss from here on.
             self.state.store(0, Ordering::SeqCst);
             for chunk in self.chunks.iter().filter_map(OnceLock::get) {
                 for w in chunk.iter() {
-                    w.store(0, Ordering::SeqCst);
+                    let v = w.load(Ordering::Relaxed);
+                    if v & EPOCH_MASK != 0 {
+                        w.store(v & !EPOCH_MASK, Ordering::Relaxed);
+                    }
                 }
             }
             epoch = 1;
         }
-        self.state
-            .store((want << EPOCH_BITS) | epoch, Ordering::SeqCst);
-        Some(epoch)
+        let st = (want << EPOCH_BITS) | epoch;
+        self.state.store(st, Ordering::SeqCst);
+        Some(Epoch(st))
     }
 
     /// Where file block `block` lives, if known in `epoch`.
     #[inline]
-    pub(crate) fn get(&self, block: u64, epoch: u64) -> Option<BlockRef> {
-        let chunk = self.chunks.get((block / CHUNK_WORDS) as usize)?.get()?;
-        let w = chunk[(block % CHUNK_WORDS) as usize].load(Ordering::Acquire);
-        if w & EPOCH_MASK == epoch {
+    pub(crate) fn get(&self, block: u64, epoch: Epoch) -> Option<BlockRef> {
+        let w = self.word(block)?.load(Ordering::Acquire);
+        if w & EPOCH_MASK == epoch.0 & EPOCH_MASK {
             BlockRef::unpack(w >> EPOCH_BITS)
         } else {
             None
@@ -257,12 +276,24 @@ impl FileCache {
     /// a hint for prefetching (the stamp is not checked; [`FileCache::get`] is the answer).
     #[inline]
     pub(crate) fn peek(&self, block: u64) -> Option<BlockRef> {
-        let chunk = self.chunks.get((block / CHUNK_WORDS) as usize)?.get()?;
-        let w = chunk[(block % CHUNK_WORDS) as usize].load(Ordering::Relaxed);
+        let w = self.word(block)?.load(Ordering::Relaxed);
         let epoch = self.state.load(Ordering::Relaxed) & EPOCH_MASK;
         (w & EPOCH_MASK == epoch && epoch != 0)
             .then(|| BlockRef::unpack(w >> EPOCH_BITS))
             .flatten()
+    }
+
+    /// Where file block `block` was last seen, in whatever epoch: only a hint (the block may
+    /// have moved since).
+    #[inline]
+    pub(crate) fn last_seen(&self, block: u64) -> Option<BlockRef> {
+        BlockRef::unpack(self.word(block)?.load(Ordering::Relaxed) >> EPOCH_BITS)
+    }
+
+    #[inline]
+    fn word(&self, block: u64) -> Option<&AtomicU64> {
+        let chunk = self.chunks.get((block / CHUNK_WORDS) as usize)?.get()?;
+        Some(&chunk[(block % CHUNK_WORDS) as usize])
     }
 
     /// Start loading the map word of file block `block` into the cache, so that the miss overlaps
@@ -270,12 +301,7 @@ impl FileCache {
     #[inline]
     pub(crate) fn prefetch(&self, block: u64) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(chunk) = self
-            .chunks
-            .get((block / CHUNK_WORDS) as usize)
-            .and_then(OnceLock::get)
-        {
-            let w = &chunk[(block % CHUNK_WORDS) as usize];
+        if let Some(w) = self.word(block) {
             // SAFETY: a prefetch of a valid address never faults and changes no memory.
             unsafe {
                 std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
@@ -287,24 +313,48 @@ impl FileCache {
         let _ = block;
     }
 
-    /// Remember where file block `block` lives, found by a lookup made in `epoch`.
-    pub(crate) fn put(&self, block: u64, epoch: u64, at: BlockRef) {
-        let packed = at.pack();
-        if packed >> REF_BITS != 0 {
-            return; // a block number too large to pack beside the epoch
-        }
-        let Some(cell) = self.chunks.get((block / CHUNK_WORDS) as usize) else {
+    /// Remember where file block `block` lives, found by a lookup made in `epoch`: stored only
+    /// if that is still the epoch in force (and no other fill or move is running: then it is
+    /// simply not cached).
+    pub(crate) fn put(&self, block: u64, epoch: Epoch, at: BlockRef) {
+        let Some(slot) = self.slot(block, at) else {
             return;
         };
-        let chunk = cell.get_or_init(|| (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect());
-        let slot = &chunk[(block % CHUNK_WORDS) as usize];
-        let w = (packed << EPOCH_BITS) | epoch;
-        slot.store(w, Ordering::SeqCst);
-        if self.state.load(Ordering::SeqCst) & EPOCH_MASK != epoch {
-            // The epoch moved (perhaps wrapped and cleared) while this fill ran: take it back.
-            let _ = slot.compare_exchange(w, 0, Ordering::SeqCst, Ordering::Relaxed);
+        let Ok(_g) = self.advance.try_lock() else {
+            return;
+        };
+        if self.state.load(Ordering::SeqCst) == epoch.0 {
+            slot.1.store(
+                (slot.0 << EPOCH_BITS) | (epoch.0 & EPOCH_MASK),
+                Ordering::Release,
+            );
         }
     }
+
+    /// Note where file block `block` was just written, with no epoch: a hint for
+    /// [`FileCache::last_seen`], never an answer of [`FileCache::get`].
+    pub(crate) fn hint(&self, block: u64, at: BlockRef) {
+        if let Some((packed, slot)) = self.slot(block, at) {
+            slot.store(packed << EPOCH_BITS, Ordering::Relaxed);
+        }
+    }
+
+    /// The packed location and the word of `block` (allocating its chunk), if it fits.
+    fn slot(&self, block: u64, at: BlockRef) -> Option<(u64, &AtomicU64)> {
+        let packed = at.pack();
+        if packed >> REF_BITS != 0 {
+            return None; // a block number too large to pack beside the epoch
+        }
+        let cell = self.chunks.get((block / CHUNK_WORDS) as usize)?;
+        let chunk = cell.get_or_init(|| (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect());
+        Some((packed, &chunk[(block % CHUNK_WORDS) as usize]))
+    }
+}
+
+/// The bits of a change stamp a state keeps.
+#[inline]
+fn stamp_bits(stamp: u64) -> u64 {
+    stamp & (u64::MAX >> EPOCH_BITS)
 }
 
 #[cfg(test)]
@@ -368,15 +418,54 @@ mod tests {
         loop {
             stamp += 1;
             let now = c.epoch(stamp).expect("epoch");
-            if now == e {
+            if now.0 & EPOCH_MASK == e.0 & EPOCH_MASK {
+                assert_eq!(
+                    c.get(0, now),
+                    None,
+                    "a word from the previous round is not current"
+                );
+                // A fill looked up in the first round, landing now: the epoch number is the
+                // same, the stamp is not, so it must not be stored.
+                c.put(1, e, at(7));
+                assert_eq!(c.get(1, now), None, "a fill from an older round is dropped");
+                assert_eq!(c.last_seen(0), Some(at(99)), "a cleared word stays a hint");
                 break;
             }
             assert!(stamp < 2 * EPOCH_MASK + 4, "epoch never came back");
         }
+    }
+
+    #[test]
+    fn a_fill_from_an_epoch_no_longer_in_force_is_dropped() {
+        let c = FileCache::new(1);
+        let e = c.epoch(10).expect("epoch");
+        let e2 = c.epoch(11).expect("next epoch");
+        c.put(5, e, at(50));
+        assert_eq!(c.get(5, e2), None);
+        assert_eq!(c.last_seen(5), None, "nothing stored");
+        c.put(5, e2, at(51));
+        assert_eq!(c.get(5, e2), Some(at(51)));
+        assert_eq!(c.epoch_now(11), Some(e2));
+        assert_eq!(c.epoch_now(12), None, "no move without epoch()");
+        assert_eq!(c.epoch_now(11), Some(e2));
+    }
+
+    #[test]
+    fn a_hint_says_where_a_block_was_last_seen_but_never_answers_a_lookup() {
+        let c = FileCache::new(1);
+        let e = c.epoch(3).expect("epoch");
+        c.hint(9, at(90));
+        assert_eq!(c.last_seen(9), Some(at(90)));
+        assert_eq!(c.get(9, e), None, "a hint is not a location of this epoch");
+        assert_eq!(c.peek(9), None, "nor a prefetch hint");
+        c.put(9, e, at(91));
+        assert_eq!(c.get(9, e), Some(at(91)));
+        let e2 = c.epoch(4).expect("next epoch");
+        assert_eq!(c.get(9, e2), None);
         assert_eq!(
-            c.get(0, e),
-            None,
-            "a word from the previous round is not current"
+            c.last_seen(9),
+            Some(at(91)),
+            "the word is still a hint after a move"
         );
     }
 

@@ -11,7 +11,9 @@ use std::sync::{Arc, Weak};
 
 use crate::ForkSafeMutex as Mutex;
 
-use iris_store::{BlockPut, CreateOptions, Key, Located, OpenOptions, Store, ThenPatch, Tx, View};
+use iris_store::{
+    BlockPut, BlockRef, CreateOptions, Key, Known, Located, OpenOptions, Store, ThenPatch, Tx, View,
+};
 
 use crate::cache::{Caches, FileCache};
 
@@ -74,6 +76,23 @@ pub struct Fs {
 
 fn store_err(e: iris_store::StoreError) -> Errno {
     Errno::from(e)
+}
+
+/// Where `file`'s map says block `block` (key `k`) is: known at the data's change stamp now (a
+/// location a write may trust, checked again under the store's lock), and where it was last seen
+/// (that location, or a hint from an older epoch).
+fn block_location(
+    store: &Store,
+    file: &FileCache,
+    block: u64,
+    k: Key,
+) -> (Option<Known>, Option<BlockRef>) {
+    let stamp = store.change_stamp(k);
+    let known = file
+        .epoch_now(stamp)
+        .and_then(|e| file.get(block, e))
+        .map(|at| Known { stamp, at });
+    (known, known.map(|k| k.at).or_else(|| file.last_seen(block)))
 }
 
 /// The inode patch of a write ending at `end` at time `now`: size grown to `end`, both times set,
@@ -1079,12 +1098,19 @@ impl Fs {
         off: u64,
         data: &[u8],
     ) -> FsResult<Option<usize>> {
-        self.write_impl(ino, off, data, true)
+        self.write_impl(ino, off, data, true, None)
+    }
+
+    /// [`Fs::write_unless_shadowed`] through the block map of an open file: a one-block write
+    /// over a block the map knows, written since the last commit, goes where the block is
+    /// without a look at the tree (see `Store::write_in_place`).
+    pub fn write_file(&self, file: &FileCache, off: u64, data: &[u8]) -> FsResult<Option<usize>> {
+        self.write_impl(file.ino(), off, data, true, Some(file))
     }
 
     /// Write `data` at `off`; returns bytes written. Extends the file as needed.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
-        Ok(self.write_impl(ino, off, data, false)?.unwrap_or(0))
+        Ok(self.write_impl(ino, off, data, false, None)?.unwrap_or(0))
     }
 
     /// The write; with `honor_shadow`, `None` (nothing written) when the bytes live in a shadow
@@ -1095,6 +1121,7 @@ impl Fs {
         off: u64,
         data: &[u8],
         honor_shadow: bool,
+        file: Option<&FileCache>,
     ) -> FsResult<Option<usize>> {
         if honor_shadow && data.is_empty() {
             return Ok(if self.getattr(ino)?.is_shadowed() {
@@ -1117,6 +1144,23 @@ impl Fs {
         self.store.prefetch_location(key(ino, Kind::Data, first));
         let now = now_ns();
         let sync_expected = self.sync_hints.take(ino);
+        let data_key = key(ino, Kind::Data, first);
+        // Where the file's map says the block is: `known` at the data's stamp now, else where
+        // it was last seen (a hint).
+        let (known, seen) = match file {
+            Some(f) if first == last => block_location(&self.store, f, first, data_key),
+            _ => (None, None),
+        };
+        // After a write in place: the block's location into the map (unless it holds it).
+        let remember = |put: &BlockPut| {
+            if let (Some(f), Some((stamp, at))) = (file, put.located) {
+                if known != Some(Known { stamp, at }) {
+                    if let Some(e) = f.epoch(stamp) {
+                        f.put(first, e, at);
+                    }
+                }
+            }
+        };
         if first == last {
             // One block: data, then size and times (see the module doc for why this order).
             let in_block = (off % bs) as usize;
@@ -1128,6 +1172,25 @@ impl Fs {
                     return Ok(None);
                 };
                 let after = Cell::new(None);
+                // A block written since the last commit is overwritten where it is (where the
+                // map says, or, when only a hint says it looks fresh, where the tree says):
+                // no new block to fill and publish. A committed one is copied.
+                if !sync_expected && seen.is_some_and(|at| self.store.looks_fresh(at)) {
+                    let then = ThenPatch {
+                        key: key(ino, Kind::Inode, 0),
+                        unless_unchanged_since: skip,
+                        patch: size_and_times(ino, end, now, &after),
+                        sync_expected,
+                    };
+                    if let Some(put) =
+                        self.store
+                            .write_in_place(data_key, 0, data, Some(then), known)?
+                    {
+                        remember(&put);
+                        self.refresh_inode_after(&inode, &put, after.get());
+                        return Ok(Some(data.len()));
+                    }
+                }
                 let put = self
                     .store
                     .put_block_then_patch(
@@ -1144,6 +1207,9 @@ impl Fs {
                     .map_err(store_err)?;
                 if !put.found {
                     return Err(Errno::ENOENT);
+                }
+                if let (Some(f), Some((_, at))) = (file, put.located) {
+                    f.hint(first, at);
                 }
                 self.refresh_inode_after(&inode, &put, after.get());
                 return Ok(Some(data.len()));
@@ -1191,9 +1257,11 @@ impl Fs {
                     self.store
                         .append_in_place(k, in_block, data, Some(then()))?
                 } else {
-                    self.store.write_in_place(k, in_block, data, Some(then()))?
+                    self.store
+                        .write_in_place(k, in_block, data, Some(then()), known)?
                 };
                 if let Some(put) = done {
+                    remember(&put);
                     self.refresh_inode_after(&inode, &put, after.get());
                     return Ok(Some(data.len()));
                 }

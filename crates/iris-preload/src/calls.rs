@@ -128,6 +128,19 @@ fn write_file(fs: &Fs, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> 
     if let Some(n) = fs.write_unless_shadowed(ino, off, data)? {
         return Ok(n);
     }
+    write_shadow(fs, ino, off, data)
+}
+
+/// [`write_file`] through the description's block map.
+fn write_open_file(fs: &Fs, file: &OpenFile, off: u64, data: &[u8]) -> Result<usize, Errno> {
+    if let Some(n) = fs.write_file(&file.cache, off, data)? {
+        return Ok(n);
+    }
+    write_shadow(fs, file.ino, off, data)
+}
+
+/// A write of a file whose bytes live in a shadow file (see `shadow`).
+fn write_shadow(fs: &Fs, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
     match crate::shadow::open(fs, ino, false) {
         Ok(fd) => {
             // SAFETY: writing the caller's bytes into the shadow.
@@ -331,7 +344,7 @@ fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
                 None => fs.append(file.ino, data).map(|at| at + data.len() as u64),
             }
         } else {
-            write_file(fs, file.ino, *off, data).map(|n| *off + n as u64)
+            write_open_file(fs, file, *off, data).map(|n| *off + n as u64)
         };
         if let Ok(end) = r {
             *off = end;
@@ -391,7 +404,7 @@ fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
             None => fs.append(file.ino, data).map(|_| data.len()),
         }
     } else {
-        write_file(fs, file.ino, off as u64, data)
+        write_open_file(fs, file, off as u64, data)
     };
     match r {
         Ok(n) => {

@@ -213,6 +213,54 @@ impl Allocator {
         self.region.atomic_u64(self.layout.summary_off + sw * 8)
     }
 
+    /// The fresh map's pair for W word `word`: (generation, bits).
+    #[inline]
+    fn fresh_pair(&self, word: u64) -> (&AtomicU64, &AtomicU64) {
+        let at = self.layout.fresh_off + word * 16;
+        (self.region.atomic_u64(at), self.region.atomic_u64(at + 8))
+    }
+
+    /// Note that block `b`, just taken in W, is allocated in the working generation (caller
+    /// holds a lock, so no commit moves the generation meanwhile).
+    #[inline]
+    fn note_fresh(&self, b: u64) {
+        let (gen_word, bits) = self.fresh_pair(b / 64);
+        let gen = self.header.working_gen();
+        if gen_word.load(Ordering::Acquire) != gen {
+            // Bits of an older generation: none of those blocks is fresh now. Clear them before
+            // the generation says they are of this one (a reader that sees the new generation
+            // sees them cleared). A writer of another partition doing the same at once may clear
+            // the bit set here: a fresh block then reads as not fresh, which only costs a
+            // lookup; never the other way round.
+            bits.store(0, Ordering::Relaxed);
+            gen_word.store(gen, Ordering::Release);
+        }
+        bits.fetch_or(1 << (b % 64), Ordering::AcqRel);
+    }
+
+    /// Whether block `b` was allocated in the working generation, so neither the last commit nor
+    /// a snapshot reaches it: a block its key still names may change in place. Exact while the
+    /// caller holds a lock (no commit can move the generation); otherwise a hint. May read
+    /// false for a fresh block (see `note_fresh`), never true for one that is not.
+    #[inline]
+    pub fn is_fresh(&self, b: u64) -> bool {
+        if b < self.layout.data_start || b >= self.layout.max_blocks {
+            return false;
+        }
+        let (gen_word, bits) = self.fresh_pair(b / 64);
+        let gen = gen_word.load(Ordering::Acquire);
+        let set = bits.load(Ordering::Acquire) & (1 << (b % 64)) != 0;
+        set && gen == self.header.working_gen()
+    }
+
+    /// Start loading the fresh map's line for block `b` (a hint).
+    #[inline]
+    pub fn prefetch_fresh(&self, b: u64) {
+        if b < self.layout.max_blocks {
+            self.region.prefetch(self.layout.fresh_off + b / 64 * 16);
+        }
+    }
+
     /// Whether block `b` is set in W.
     pub fn is_used(&self, b: u64) -> bool {
         b < self.layout.max_blocks
@@ -390,6 +438,7 @@ impl Allocator {
                 let (word, bit) = (b / 64, 1u64 << (b % 64));
                 if self.w_word(word).fetch_or(bit, Ordering::AcqRel) & bit == 0 {
                     self.header.add_used(share_of(word), 1);
+                    self.note_fresh(b);
                     return Some(b);
                 }
             }
@@ -441,6 +490,7 @@ impl Allocator {
             ) {
                 Ok(_) => {
                     self.header.add_used(share_of(word), 1);
+                    self.note_fresh(b);
                     return Some(b);
                 }
                 Err(now) => bits = now,
@@ -572,6 +622,7 @@ impl Allocator {
         self.region
             .bytes_mut(l.summary_off, l.summary_bytes)
             .fill(0);
+        self.region.bytes_mut(l.fresh_off, l.fresh_bytes).fill(0);
         for b in 0..l.data_start {
             self.set_used(b);
         }

@@ -54,7 +54,6 @@ const _: () = assert!(SHAPE_SEQ + 64 <= crate::readers::INFLIGHT_OFF);
 /// Per-partition write sequences, one cache line each (see [`Header::in_place`]): odd while
 /// a writer of the partition changes bytes or several slots where readers may be looking.
 const WRITE_SEQS: u64 = 20736;
-const _: () = assert!(undo_off(PARTITIONS) <= WRITE_SEQS);
 const _: () = assert!(WRITE_SEQS + PARTITIONS * 64 <= crate::layout::HEADER_BYTES);
 /// Per stamp bucket: the working generation of the last change published to a key of the
 /// bucket (see [`Header::note_written`]), so a sync of some keys can tell that the last commit
@@ -86,10 +85,10 @@ const PART_HINT: u64 = 48;
 pub(crate) const fn limbo_count_off(p: u64) -> u64 {
     PARTITION_LINES + p * PARTITION_LINE + 56
 }
-/// Partition limbo lists follow.
+/// Partition limbo lists follow (then, up to 20736, the undo records of formats before 7).
 pub(crate) const LIMBO_LISTS: u64 = 8192;
-/// Then one undo record per partition (see `undo`).
-const UNDO_RECORDS: u64 = 12288;
+/// One undo record per partition (see `undo`), after everything else.
+const UNDO_RECORDS: u64 = 24576;
 /// Offset of partition `p`'s undo record inside the header.
 pub(crate) const fn undo_off(p: u64) -> u64 {
     UNDO_RECORDS + p * crate::undo::UNDO_RECORD_BYTES
@@ -99,8 +98,8 @@ pub(crate) const STAMP_BUCKETS: u64 = 256;
 const _: () = assert!(crate::readers::END_OFF <= CHANGE_STAMPS);
 const _: () = assert!(CHANGE_STAMPS + STAMP_BUCKETS * 8 <= PARTITION_LINES);
 const _: () = assert!(PARTITION_LINES + PARTITIONS * PARTITION_LINE <= LIMBO_LISTS);
-const _: () =
-    assert!(LIMBO_LISTS + PARTITIONS * crate::readers::LIMBO_CAPACITY * 8 <= UNDO_RECORDS);
+const _: () = assert!(LIMBO_LISTS + PARTITIONS * crate::readers::LIMBO_CAPACITY * 8 <= WRITE_SEQS);
+const _: () = assert!(RECENT_ANY + 64 <= UNDO_RECORDS);
 const _: () = assert!(undo_off(PARTITIONS) <= crate::layout::HEADER_BYTES);
 const _: () = assert!(PART_HINT >= MUTEX_BYTES_USED);
 /// Bytes of a pthread mutex (40 on x86-64 and AArch64 glibc), below the line's other words.

@@ -1,7 +1,8 @@
 //! Where things are on a volume. Block 0 and 1 hold superblocks A and B; then the working header
 //! (shared state of the processes that map the volume: lock, working root, generations), the working
-//! allocation bitmap W, the pending-free bitmap P and its summary; the rest are tree nodes and data
-//! blocks, handed out by the allocator.
+//! allocation bitmap W, the pending-free bitmap P and its summary, the fresh map F (which blocks
+//! were allocated in the working generation, see `Allocator::is_fresh`); the rest are tree nodes
+//! and data blocks, handed out by the allocator.
 
 use crate::error::{Result, StoreError};
 
@@ -10,7 +11,7 @@ pub const MIN_BLOCK_SIZE: u32 = 512;
 /// Largest block size a volume may use.
 pub const MAX_BLOCK_SIZE: u32 = 64 * 1024;
 /// Bytes reserved for the working header.
-pub(crate) const HEADER_BYTES: u64 = 24576;
+pub(crate) const HEADER_BYTES: u64 = 61440;
 /// Blocks covered by one bit of the pending-free summary (one u64 word of P).
 pub(crate) const SUMMARY_SPAN_BLOCKS: u64 = 64;
 
@@ -26,6 +27,9 @@ pub(crate) struct Layout {
     pub summary_off: u64,
     pub bitmap_bytes: u64,
     pub summary_bytes: u64,
+    /// The fresh map: a (generation, bits) pair of words per W word.
+    pub fresh_off: u64,
+    pub fresh_bytes: u64,
     /// First block the allocator may hand out.
     pub data_start: u64,
 }
@@ -50,7 +54,9 @@ impl Layout {
         let w_off = header_off + round_up(HEADER_BYTES, bs);
         let p_off = w_off + bitmap_bytes;
         let summary_off = p_off + bitmap_bytes;
-        let data_start = (summary_off + summary_bytes) / bs;
+        let fresh_off = summary_off + summary_bytes;
+        let fresh_bytes = round_up(bitmap_bytes * 2, bs);
+        let data_start = (fresh_off + fresh_bytes) / bs;
         if data_start + 8 > max_blocks {
             return Err(StoreError::Invalid(format!(
                 "volume of {max_blocks} blocks is too small: metadata alone takes {data_start}"
@@ -66,6 +72,8 @@ impl Layout {
             summary_off,
             bitmap_bytes,
             summary_bytes,
+            fresh_off,
+            fresh_bytes,
             data_start,
         })
     }
@@ -97,7 +105,9 @@ mod tests {
             assert_eq!(l.p_off, l.w_off + l.bitmap_bytes);
             assert!(l.bitmap_bytes * 8 >= 100_000);
             assert!(l.summary_bytes * 8 * SUMMARY_SPAN_BLOCKS >= 100_000);
-            assert!(l.offset(l.data_start) >= l.summary_off + l.summary_bytes);
+            assert!(l.fresh_off >= l.summary_off + l.summary_bytes);
+            assert!(l.fresh_bytes >= l.bitmap_bytes * 2);
+            assert!(l.offset(l.data_start) >= l.fresh_off + l.fresh_bytes);
         }
     }
 

@@ -14,10 +14,6 @@ use crate::region::Region;
 
 pub(crate) const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"IRL2");
 pub(crate) const INNER_MAGIC: u32 = u32::from_le_bytes(*b"IRI2");
-/// Nodes of format 5 and before: their checksum covers the whole block, free gap included.
-/// Read, never written (a copy of one takes the magic above).
-const LEAF_MAGIC_WHOLE: u32 = u32::from_le_bytes(*b"IRLF");
-const INNER_MAGIC_WHOLE: u32 = u32::from_le_bytes(*b"IRIN");
 pub(crate) const NODE_HEADER: u64 = 32;
 pub(crate) const LEAF_SLOT: u64 = 40;
 
@@ -78,8 +74,6 @@ pub(crate) struct Node {
     data_start: u64,
     backed_blocks: u64,
     block_shift: u32,
-    /// A node of format 5 or before, checksummed whole (see `compute_checksum`).
-    whole_checksum: bool,
 }
 
 fn bad(block: u64, what: &str) -> StoreError {
@@ -105,10 +99,8 @@ impl Node {
         let count = region.read_u16(off + H_COUNT);
         let birth = region.read_u64(off + H_BIRTH);
         match (magic, level) {
-            (LEAF_MAGIC | LEAF_MAGIC_WHOLE, 0) | (INNER_MAGIC | INNER_MAGIC_WHOLE, 1..) => {}
-            (LEAF_MAGIC | INNER_MAGIC | LEAF_MAGIC_WHOLE | INNER_MAGIC_WHOLE, _) => {
-                return Err(bad(block, "magic does not match level"))
-            }
+            (LEAF_MAGIC, 0) | (INNER_MAGIC, 1..) => {}
+            (LEAF_MAGIC | INNER_MAGIC, _) => return Err(bad(block, "magic does not match level")),
             _ => return Err(bad(block, "bad magic")),
         }
         if usize::from(level) >= MAX_HEIGHT {
@@ -143,7 +135,6 @@ impl Node {
             data_start: layout.data_start,
             backed_blocks,
             block_shift: layout.block_shift,
-            whole_checksum: magic == LEAF_MAGIC_WHOLE || magic == INNER_MAGIC_WHOLE,
         })
     }
 
@@ -399,7 +390,6 @@ impl Node {
             block: dst,
             off: dst_off,
             birth,
-            whole_checksum: false,
             ..*self
         }
     }
@@ -546,15 +536,11 @@ impl Node {
     }
 
     /// crc32c of what the node holds, its checksum field read as zero: the header and slots,
-    /// then the heap; not the free gap between them, which nothing reads (the whole block for
-    /// nodes of format 5 and before).
+    /// then the heap; not the free gap between them, which nothing reads.
     pub fn compute_checksum(&self) -> u32 {
         let b = self.region.bytes(self.off, self.bs);
         let crc = crc32c::crc32c(&b[..H_CRC as usize]);
         let crc = crc32c::crc32c_append(crc, &[0u8; 4]);
-        if self.whole_checksum {
-            return crc32c::crc32c_append(crc, &b[(H_CRC + 4) as usize..]);
-        }
         let slot = if self.is_leaf() {
             LEAF_SLOT
         } else {

@@ -185,6 +185,15 @@ enum PatchPlan {
 /// own prefetchers follow the copy from there.
 pub const PREFETCH_BYTES: usize = 1024;
 
+/// Where a caller last saw a key's out-of-line value (see [`Store::write_in_place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Known {
+    /// The key's change stamp when the value was seen there.
+    pub stamp: u64,
+    /// Where it was.
+    pub at: BlockRef,
+}
+
 /// Where an out-of-line value lives: valid for as long as the change stamp of its key's high
 /// word reads what it read when the location was learned (see [`Store::change_stamp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -319,6 +328,40 @@ pub struct Store {
 enum ReadSection<'a> {
     Slot(#[allow(dead_code)] crate::readers::ReadGuard),
     Locked(#[allow(dead_code)] Guard<'a>),
+}
+
+/// The partition locks an in-place change holds (released on drop).
+enum InPlaceLocks<'a> {
+    /// The changed key's partition only.
+    One(#[allow(dead_code)] Guard<'a>),
+    /// Several partitions (the changed key's and the patched key's), indexed by partition.
+    Many(#[allow(dead_code)] [Option<Guard<'a>>; PARTITIONS as usize]),
+}
+
+/// What an attempt at an in-place change under some partitions' locks came to.
+enum InPlaceOutcome {
+    /// Done.
+    Done(BlockPut),
+    /// Nothing done: the patch needs its key's partition, which the attempt did not hold.
+    NeedsPatchPartition,
+    /// Nothing done: the change needs every lock (or does not qualify at all).
+    No,
+    /// Nothing done: the write starts at or past the value's end (an append's case).
+    PastEnd,
+}
+
+/// Partitions an in-place change of `key` with the patch `then` takes at first: the key's, and
+/// the patched key's too when the caller knows the patch will be written (it has no stamp to
+/// skip it by), so that a write that moves a file's times does not first try without the
+/// inode's partition, fail, and take every lock (which also moves the shape sequence that every
+/// thread's remembered leaves are tagged with).
+fn in_place_partitions<F>(key: Key, then: &Option<ThenPatch<F>>) -> (u64, u64) {
+    let patch_bit = then.as_ref().map_or(0, |t| 1 << partition_of(t.key));
+    let needs_patch = then
+        .as_ref()
+        .is_some_and(|t| t.unless_unchanged_since.is_none());
+    let held = (1 << partition_of(key)) | if needs_patch { patch_bit } else { 0 };
+    (held, patch_bit)
 }
 
 /// Holds writer locks: every partition's (the volume lock) or one partition's. Releases them on
@@ -492,6 +535,18 @@ impl Inner {
         }
         self.warm_spot(key);
         self.lock_partition(p)
+    }
+
+    /// The locks an in-place change of `key` (in partition `p`) takes: `p`'s alone when `held`
+    /// is just that (tried first, see [`Inner::lock_partition_for`]), else every partition in
+    /// `held`, in ascending order. `None` (none held) when a repair is due: the caller goes the
+    /// way that takes every lock.
+    fn lock_in_place(&self, p: u64, key: Key, held: u64) -> Result<Option<InPlaceLocks<'_>>> {
+        if held == 1 << p {
+            let g = self.lock_partition_for(p, key)?;
+            return Ok((!g.is_all()).then_some(InPlaceLocks::One(g)));
+        }
+        Ok(overwrite::lock_partitions(self, held)?.map(InPlaceLocks::Many))
     }
 
     /// [`Inner::lock_partition`] if the lock is free now; `None` (nothing held) if not.
@@ -1174,17 +1229,18 @@ impl Store {
         );
         inner.latency.on_write(1);
         let mut then = then;
-        let g = inner.lock_partition_for(p, key)?;
-        let g = if g.is_all() {
-            g
-        } else {
-            if let Some(done) = Self::publish_in_place(inner, p, key, block, len, slot, &mut then)?
-            {
-                return Ok(done);
+        let (mut held, patch_bit) = in_place_partitions(key, &then);
+        loop {
+            let Some(_locks) = inner.lock_in_place(p, key, held)? else {
+                break;
+            };
+            match Self::publish_in_place(inner, p, held, key, block, len, slot, &mut then)? {
+                InPlaceOutcome::Done(done) => return Ok(done),
+                InPlaceOutcome::NeedsPatchPartition if held & patch_bit == 0 => held |= patch_bit,
+                _ => break,
             }
-            drop(g);
-            inner.lock()?
-        };
+        }
+        let g = inner.lock()?;
         inner.alloc.readers().unreserve(slot);
         let patch_key = then.as_ref().map(|t| t.key);
         let stamp_before = patch_key.map(|k| inner.header.change_stamp(k));
@@ -1303,19 +1359,20 @@ impl Store {
     fn publish_in_place<F: FnMut(&[u8], bool, &mut Patch)>(
         inner: &Inner,
         p: u64,
+        held: u64,
         key: Key,
         block: u64,
         len: usize,
         slot: u64,
         then: &mut Option<ThenPatch<F>>,
-    ) -> Result<Option<BlockPut>> {
+    ) -> Result<InPlaceOutcome> {
         let mut txn = Txn::begin_in(inner.cx(), p);
         let spot = inner.locate_in_place(&txn, key)?;
         if !txn.replaceable_in_place(&spot, len as u32)? {
-            return Ok(None);
+            return Ok(InPlaceOutcome::No);
         }
-        let Some((start, plan)) = Self::plan_then(inner, &txn, 1 << p, then)? else {
-            return Ok(None);
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then)? else {
+            return Ok(InPlaceOutcome::NeedsPatchPartition);
         };
         // Committed to this path: the data block first, then the patch, one publish each.
         let gen = inner.header.working_gen();
@@ -1337,7 +1394,7 @@ impl Store {
             block,
             len: len as u32,
         };
-        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(InPlaceOutcome::Done)
     }
 
     /// Apply the plan's patch, publish, and say what the caller may cache. `patch` is the
@@ -1421,37 +1478,96 @@ impl Store {
     }
 
     /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make
-    /// the patch `then` describes, holding only the key's partition lock: for small writes
-    /// (at most 1 KiB, inside the value) into a data block written since the last commit; one
-    /// at or past the value's end goes to [`Store::append_in_place`]. A process killed during
-    /// the copy leaves it whole (see `undo`). `None` (nothing done) when the write does not
-    /// qualify; the caller then copies the block.
+    /// the patch `then` describes, holding only the key's partition lock (and the patched
+    /// key's): for writes of at most 4 KiB inside the value, into a data block written since the
+    /// last commit; one at or past the value's end goes to [`Store::append_in_place`]. A
+    /// process killed during the copy leaves it whole (see `undo`). `None` (nothing done) when
+    /// the write does not qualify; the caller then copies the block.
+    ///
+    /// `known`: where the caller last saw the value and the key's change stamp then (a file's
+    /// block map). If the stamp still reads that under the lock, the value is there, and if
+    /// that block was allocated since the last commit (the allocator's fresh map says so) the
+    /// write goes there without a look at the tree. Otherwise the tree says where the value
+    /// is, as without it.
     pub fn write_in_place(
         &self,
         key: Key,
         offset: usize,
         data: &[u8],
         then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
+        known: Option<Known>,
     ) -> Result<Option<BlockPut>> {
         let inner = &*self.inner;
         inner.check_writable()?;
         if data.len() as u64 > crate::undo::UNDO_MAX_BYTES {
             return Ok(None);
         }
+        if let Some(k) = known {
+            // Its lines, on their way while the locks are taken and the stamps checked.
+            inner.alloc.prefetch_fresh(k.at.block);
+            if k.at.block >= inner.layout.data_start && k.at.block < inner.layout.max_blocks {
+                inner
+                    .region
+                    .prefetch_w(inner.layout.offset(k.at.block) + offset as u64);
+            }
+        }
         let p = partition_of(key);
-        let g = inner.lock_partition_for(p, key)?;
-        if g.is_all() {
-            return Ok(None);
+        let (mut held, patch_bit) = in_place_partitions(key, &then);
+        let mut then = then;
+        loop {
+            let Some(_locks) = inner.lock_in_place(p, key, held)? else {
+                return Ok(None);
+            };
+            match Self::write_in_place_held(inner, p, held, key, offset, data, &mut then, known)? {
+                InPlaceOutcome::Done(done) => return Ok(Some(done)),
+                InPlaceOutcome::NeedsPatchPartition if held & patch_bit == 0 => held |= patch_bit,
+                InPlaceOutcome::NeedsPatchPartition => return Ok(None),
+                InPlaceOutcome::No => return Ok(None),
+                InPlaceOutcome::PastEnd => {
+                    // Past the value's end (a file extended, then written in order): an append
+                    // into the block's tail, which takes its own locks.
+                    drop(_locks);
+                    return self.append_in_place(key, offset, data, then);
+                }
+            }
         }
+    }
+
+    /// [`Store::write_in_place`] holding the locks of the partitions in `held` (`p`, the key's,
+    /// among them).
+    #[allow(clippy::too_many_arguments)]
+    fn write_in_place_held<F: FnMut(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        p: u64,
+        held: u64,
+        key: Key,
+        offset: usize,
+        data: &[u8],
+        then: &mut Option<ThenPatch<F>>,
+        known: Option<Known>,
+    ) -> Result<InPlaceOutcome> {
         let txn = Txn::begin_in(inner.cx(), p);
-        let spot = inner.locate_in_place(&txn, key)?;
-        let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
-            return Ok(None);
+        let (block, len) = match known {
+            // The stamp has not moved since the caller saw the value there (and no one can move
+            // it while this lock is held), and the block is not the last commit's.
+            Some(k)
+                if inner.header.change_stamp(key) == k.stamp
+                    && inner.alloc.is_fresh(k.at.block) =>
+            {
+                (k.at.block, k.at.len)
+            }
+            _ => {
+                let spot = inner.locate_in_place(&txn, key)?;
+                let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
+                    return Ok(InPlaceOutcome::No);
+                };
+                if gen != inner.header.working_gen() {
+                    return Ok(InPlaceOutcome::No);
+                }
+                (block, len)
+            }
         };
-        if gen != inner.header.working_gen() {
-            return Ok(None);
-        }
-        if offset < len as usize {
+        if offset < len as usize && data.len() <= PREFETCH_BYTES && known.is_none() {
             // The lines this write stores into, on their way while the patch is planned and
             // the undo record armed.
             let at = inner.layout.offset(block) + offset as u64;
@@ -1463,23 +1579,19 @@ impl Store {
             }
         }
         if offset >= len as usize {
-            // Past the value's end (a file extended, then written in order): an append into
-            // the block's tail, which also needs the patched key's partition.
-            drop((txn, g));
-            return self.append_in_place(key, offset, data, then);
+            return Ok(InPlaceOutcome::PastEnd);
         }
         if offset
             .checked_add(data.len())
             .is_none_or(|e| e > len as usize)
         {
-            return Ok(None);
+            return Ok(InPlaceOutcome::No);
         }
-        let mut then = then;
-        let Some((start, plan)) = Self::plan_then(inner, &txn, 1 << p, &mut then)? else {
-            return Ok(None);
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then)? else {
+            return Ok(InPlaceOutcome::NeedsPatchPartition);
         };
         // The bytes change where readers may be copying them: they read again (see `View`).
-        let _in_place = inner.header.in_place(1 << p);
+        let _in_place = inner.header.in_place(held);
         inner.undo.write(p, block, offset as u64, data);
         inner.latency.on_write(1);
         // The location holds, so the stamp does too: cached locations stay good (readers that
@@ -1487,7 +1599,16 @@ impl Store {
         let at = BlockRef { block, len };
         let mut txn = txn;
         txn.note_written_in_place(key);
-        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(Some)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(InPlaceOutcome::Done)
+    }
+
+    /// Whether the block at `at` was allocated since the last commit, as far as a look without
+    /// a lock can tell (a commit may make it false the next moment): a writer that knows where
+    /// a block was may try [`Store::write_in_place`] when this says yes, and copy the block at
+    /// once when it says no.
+    #[inline]
+    pub fn looks_fresh(&self, at: BlockRef) -> bool {
+        self.inner.alloc.is_fresh(at.block)
     }
 
     /// Start loading the cache lines where this thread last found `key` or a neighbour of it,

@@ -7,12 +7,13 @@ use crate::layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 
 /// "IRISVOL\0"
 pub(crate) const SUPER_MAGIC: u64 = u64::from_le_bytes(*b"IRISVOL\0");
-/// On-volume format version this code writes. Version 6 checksums only what a node holds, not
-/// its free gap (new node magics); version 5 nodes are still read, and copies of them written
-/// as version 6 nodes, so a version 5 volume becomes a version 6 one at its next commit.
-pub const FORMAT_VERSION: u32 = 6;
+/// On-volume format version this code writes. Version 7 added the fresh map and undo records
+/// that hold a whole 4 KiB write (a larger working header), which moved every region after the
+/// header: older volumes are refused with a message that says to re-create them. (Version 6
+/// checksummed only what a node holds, not its free gap.)
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest format version this code reads.
-pub const OLDEST_READ_VERSION: u32 = 5;
+pub const OLDEST_READ_VERSION: u32 = 7;
 /// Snapshot table capacity.
 pub const MAX_SNAPSHOTS: usize = 8;
 /// Longest snapshot name, in bytes.

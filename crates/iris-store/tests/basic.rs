@@ -889,7 +889,7 @@ fn bytes_written_in_place_keep_the_location_and_its_stamp() {
     let before = s.get_with(key, |v| v.as_ptr() as usize).expect("get");
     let none = None::<iris_store::NoPatch>;
     let put = s
-        .write_in_place(key, 100, b"hello", none)
+        .write_in_place(key, 100, b"hello", none, None)
         .expect("write in place")
         .expect("the block is private to the working tree");
     assert_eq!(s.change_stamp(key), stamp, "the stamp moved");
@@ -1021,7 +1021,7 @@ fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
         Some(&b"abcdef"[..])
     );
     // A write in place that starts at or past the value's end appends (a gap reads as zeros).
-    s.write_in_place(second, 8, b"ghi", Some(then(8200)))
+    s.write_in_place(second, 8, b"ghi", Some(then(8200)), None)
         .expect("write")
         .expect("appended");
     assert_eq!(
@@ -1055,7 +1055,7 @@ fn a_sync_of_keys_already_committed_commits_nothing() {
     // dated already; the write in place notes it again, as a second line of defence.)
     let none = || None::<iris_store::NoPatch>;
     s.put(b, &[5u8; 4096]).expect("put b");
-    s.write_in_place(b, 8, b"in place", none())
+    s.write_in_place(b, 8, b"in place", none(), None)
         .expect("write")
         .expect("in place");
     assert!(s.written_gen(b) > s.stats().expect("stats").committed_generation);
@@ -1182,6 +1182,7 @@ fn writers_contending_for_one_partition_while_the_tree_changes_shape_lose_no_wri
                             100,
                             &[byte.wrapping_add(1); 50],
                             None::<iris_store::NoPatch>,
+                            None,
                         )
                         .expect("write in place");
                     assert!(

@@ -225,7 +225,7 @@ fn run() -> Result<(), String> {
                         let k = Key::new(prefix, i);
                         let none = None::<iris_store::NoPatch>;
                         let done = store
-                            .write_in_place(k, at, &data, none)
+                            .write_in_place(k, at, &data, none, None)
                             .map_err(|e| e.to_string())?;
                         if done.is_none() {
                             store

@@ -229,7 +229,7 @@ impl Store {
 /// Take the locks of the partitions in the bit mask `held`, in ascending order as every locker
 /// does; released when the result drops (a fixed array: no allocation on the append path).
 /// `None` (none held) when a repair is due: the caller goes the way that takes every lock.
-fn lock_partitions(inner: &Inner, held: u64) -> Result<Option<[Option<Guard<'_>>; 8]>> {
+pub(super) fn lock_partitions(inner: &Inner, held: u64) -> Result<Option<[Option<Guard<'_>>; 8]>> {
     const _: () = assert!(PARTITIONS == 8);
     let mut guards: [Option<Guard<'_>>; 8] = Default::default();
     for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
