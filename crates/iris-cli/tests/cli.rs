@@ -690,10 +690,11 @@ fn fsck_on_a_truncated_volume_exits_4() {
 fn fsck_repair_frees_a_leaked_block_and_exits_1() {
     let s = populated("fsckleak");
     // Mark a free block used in the working allocation bitmap W, which follows the two
-    // superblocks and the 24 KiB working header rounded up to a block (byte 32768 with 4 KiB
-    // blocks). Block 16000 is backed (a 64 MiB volume backs 16384 blocks) and far past the few
-    // hundred in use. The header is this boot's, so opening trusts W rather than rebuilding it.
-    let w_off = 2 * BLOCK_BYTES + 24576;
+    // superblocks and the 60 KiB working header rounded up to a block (byte 69632 with 4 KiB
+    // blocks; format 7). Block 16000 is backed (a 64 MiB volume backs 16384 blocks) and far past
+    // the few hundred in use. The header is this boot's, so opening trusts W rather than
+    // rebuilding it.
+    let w_off = 2 * BLOCK_BYTES + 61440;
     let leaked_block = 16_000u64;
     let mut bytes = std::fs::read(&s.vol).expect("read");
     let at = (w_off + leaked_block / 8) as usize;

@@ -786,4 +786,39 @@ mod tests {
         assert!(b >= backed, "block {b} is not of the new space");
         assert_eq!(share_of(b / 64), 2);
     }
+
+    #[test]
+    fn a_block_is_fresh_in_the_generation_it_was_allocated_in_only() {
+        let mut buf = Vec::new();
+        let alloc = scratch(4096, &mut buf);
+        let header = alloc.header;
+        header.set_working_gen(5);
+        let a = alloc.alloc_in(1).expect("block");
+        let b = alloc.alloc_in(1).expect("block");
+        assert!(alloc.is_fresh(a) && alloc.is_fresh(b));
+        assert!(!alloc.is_fresh(b + 1), "not allocated");
+        assert!(
+            !alloc.is_fresh(0) && !alloc.is_fresh(u64::MAX),
+            "outside the data area"
+        );
+        // A commit moves the generation: what was fresh is the commit's now.
+        header.set_working_gen(6);
+        assert!(!alloc.is_fresh(a) && !alloc.is_fresh(b));
+        // A block allocated in the new generation, in the same word, clears the old bits first.
+        let c = alloc.alloc_in(1).expect("block");
+        assert_eq!(c / 64, a / 64, "same word of the map");
+        assert!(alloc.is_fresh(c));
+        assert!(
+            !alloc.is_fresh(a) && !alloc.is_fresh(b),
+            "an old bit came back"
+        );
+        // Freed and taken again in this generation: fresh (only this generation reaches it).
+        alloc.free_now(a);
+        let again = alloc.alloc_in(1).expect("block");
+        assert_eq!(again, a, "the freed block is reused first");
+        assert!(alloc.is_fresh(again));
+        // Recovery starts from nothing fresh.
+        alloc.reset();
+        assert!(!alloc.is_fresh(c) && !alloc.is_fresh(again));
+    }
 }

@@ -903,6 +903,66 @@ fn bytes_written_in_place_keep_the_location_and_its_stamp() {
 }
 
 #[test]
+fn a_whole_block_is_written_where_a_known_location_says_only_while_it_holds() {
+    // A caller's known location (stamp, block) is used without a look at the tree while the
+    // stamp holds and the block is fresh; a moved stamp sends the write to the tree, and a
+    // committed block is never written in place, whatever the caller knows.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(9, 2 << 56);
+    let none = || None::<iris_store::NoPatch>;
+    s.put_block(key, 4096, |out| out.fill(1)).expect("put");
+    let first = s
+        .write_in_place(key, 0, &[2u8; 4096], none(), None)
+        .expect("write in place")
+        .expect("a block written since the commit");
+    let (stamp, at) = first.located.expect("located");
+    let known = iris_store::Known { stamp, at };
+    let again = s
+        .write_in_place(key, 0, &[3u8; 4096], none(), Some(known))
+        .expect("write")
+        .expect("in place at the known location");
+    assert_eq!(again.located, Some((stamp, at)), "moved");
+    assert_eq!(
+        s.get_with(key, |v| v.to_vec()).expect("get"),
+        Some(vec![3u8; 4096])
+    );
+    // Copied to a new block: the stamp moves, the old knowledge leads to the tree, which says
+    // where the value is now.
+    s.put_block(key, 4096, |out| out.fill(4)).expect("copy");
+    assert_ne!(s.change_stamp(key), stamp);
+    let moved = s
+        .write_in_place(key, 100, &[5u8; 200], none(), Some(known))
+        .expect("write")
+        .expect("in place where the tree says");
+    let (stamp2, at2) = moved.located.expect("located");
+    assert_ne!(at2, at, "written at the old location");
+    let v = s
+        .get_with(key, |v| v.to_vec())
+        .expect("get")
+        .expect("present");
+    assert!(v[..100].iter().all(|&b| b == 4) && v[100..300].iter().all(|&b| b == 5));
+    assert!(v[300..].iter().all(|&b| b == 4));
+    // Committed: the location still holds (a commit moves no stamp) but the block is the
+    // commit's; nothing is done, the value is unchanged.
+    s.commit().expect("commit");
+    assert_eq!(s.change_stamp(key), stamp2);
+    let known2 = iris_store::Known {
+        stamp: stamp2,
+        at: at2,
+    };
+    assert!(s
+        .write_in_place(key, 0, &[6u8; 4096], none(), Some(known2))
+        .expect("call")
+        .is_none());
+    assert!(s
+        .write_in_place(key, 0, &[6u8; 100], none(), Some(known2))
+        .expect("call")
+        .is_none());
+    assert_eq!(s.get_with(key, |v| v.to_vec()).expect("get"), Some(v));
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
 fn appends_into_a_blocks_tail_keep_its_location_and_move_its_stamp() {
     // An append into the unused tail of a block written since the last commit writes the new
     // bytes where they go and lengthens the value: same block, a new change stamp (locations

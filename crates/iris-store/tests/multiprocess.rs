@@ -305,6 +305,41 @@ fn chunk(prefix: u64, i: u64, r: u64, c: u64) -> Vec<u8> {
 }
 
 #[test]
+fn whole_block_writes_in_place_are_whole_or_absent_after_kill_9() {
+    // 4 KiB overwrites of blocks written since the last commit change them where they are: a
+    // writer killed in the middle of the copy must leave the block whole (its undo record
+    // holds the new bytes; the next locker finishes the copy).
+    let path = volume("rewrite");
+    let keys = 16;
+    let survivor = worker(&path, "rewriter", 1, keys);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    for round in 0..30u64 {
+        let prefix = 3000 + round;
+        let victim = worker(&path, "rewriter", prefix, keys);
+        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
+        let acked = victim.kill();
+        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
+        for i in 0..if acked.is_some() { keys } else { 0 } {
+            let v = s
+                .get_with(Key::new(prefix, i), |v| v.to_vec())
+                .expect("get")
+                .expect("present");
+            let r = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+            assert_eq!(v, block(prefix, i, r), "key {i} torn (round {r})");
+            assert!(
+                acked.is_some_and(|a| r > 2 * a),
+                "key {i} at round {r}, acked {acked:?}"
+            );
+        }
+        assert_no_leak(&s, &path, round);
+    }
+    assert!(
+        survivor.kill().is_some_and(|a| a > 0),
+        "the survivor made no progress"
+    );
+}
+
+#[test]
 fn small_writes_in_place_are_whole_or_absent_after_kill_9() {
     let path = volume("patch");
     let keys = 16;

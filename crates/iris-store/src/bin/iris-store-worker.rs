@@ -5,6 +5,10 @@
 //! - `overwriter VOLUME PREFIX KEYS`: write KEYS whole-block keys (PREFIX, 0..KEYS), then
 //!   overwrite all of them round after round (the in-place path of one writer partition),
 //!   committing after each round and printing `acked R` (see [`block`] for the contents).
+//! - `rewriter VOLUME PREFIX KEYS`: like `overwriter`, but each round writes each key twice:
+//!   round 2R by copying it (the block is the last commit's), then round 2R + 1 as one 4 KiB
+//!   write in place (`Store::write_in_place`, at the location the copy returned for every other
+//!   key, found in the tree for the rest); prints `acked R` after each round's commit.
 //! - `patcher VOLUME PREFIX KEYS`: like `overwriter`, but each round rewrites every key in eight
 //!   512-byte writes (in place when the store allows, else by copying the block; see [`chunk`]).
 //! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight (`$IRIS_GROUP`) whole-block keys, each key of a
@@ -197,6 +201,42 @@ fn run() -> Result<(), String> {
                     store
                         .put_block(Key::new(prefix, i), v.len(), |out| out.copy_from_slice(&v))
                         .map_err(|e| e.to_string())?;
+                }
+                store.commit().map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {r}"))?;
+                r += 1;
+            }
+        }
+        "rewriter" => {
+            let keys = num(&args, 4)?;
+            let mut r = 0u64;
+            loop {
+                for i in 0..keys {
+                    let k = Key::new(prefix, i);
+                    let v = block(prefix, i, 2 * r);
+                    store
+                        .put_block(k, v.len(), |out| out.copy_from_slice(&v))
+                        .map_err(|e| e.to_string())?;
+                    let known = if i % 2 == 0 {
+                        store
+                            .read(|view| {
+                                let stamp = view.change_stamp(k);
+                                Ok(match view.get_located(k)? {
+                                    Some(iris_store::Located::Block(at)) => {
+                                        Some(iris_store::Known { stamp, at })
+                                    }
+                                    _ => None,
+                                })
+                            })
+                            .map_err(|e| e.to_string())?
+                    } else {
+                        None
+                    };
+                    let w = block(prefix, i, 2 * r + 1);
+                    store
+                        .write_in_place(k, 0, &w, None::<iris_store::NoPatch>, known)
+                        .map_err(|e| e.to_string())?
+                        .ok_or("a block written since the commit was not written in place")?;
                 }
                 store.commit().map_err(|e| e.to_string())?;
                 say(&mut out, &format!("acked {r}"))?;
