@@ -1140,37 +1140,41 @@ impl Fs {
         }
         let first = off / bs;
         let last = (end - 1) / bs;
-        // The leaf of the block is needed under the lock: let its misses overlap what comes first.
+        // Where the block is (the file's map word, else the leaf) is needed first: let the
+        // misses overlap the clock and the inode.
+        if let Some(f) = file {
+            f.prefetch(first);
+        }
         self.store.prefetch_location(key(ino, Kind::Data, first));
         let now = now_ns();
         let sync_expected = self.sync_hints.take(ino);
         let data_key = key(ino, Kind::Data, first);
-        // Where the file's map says the block is: `known` at the data's stamp now, else where
-        // it was last seen (a hint).
-        let (known, seen) = match file {
-            Some(f) if first == last => block_location(&self.store, f, first, data_key),
-            _ => (None, None),
-        };
-        // After a write in place: the block's location into the map (unless it holds it).
-        let remember = |put: &BlockPut| {
-            if let (Some(f), Some((stamp, at))) = (file, put.located) {
-                if known != Some(Known { stamp, at }) {
-                    if let Some(e) = f.epoch(stamp) {
-                        f.put(first, e, at);
+        if first == last {
+            let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
+                return Ok(None);
+            };
+            // Where the file's map says the block is: `known` at the data's stamp now, else
+            // where it was last seen (a hint).
+            let (known, seen) = match file {
+                Some(f) => block_location(&self.store, f, first, data_key),
+                None => (None, None),
+            };
+            // After a write in place: the block's location into the map (unless it holds it).
+            let remember = |put: &BlockPut| {
+                if let (Some(f), Some((stamp, at))) = (file, put.located) {
+                    if known != Some(Known { stamp, at }) {
+                        if let Some(e) = f.epoch(stamp) {
+                            f.put(first, e, at);
+                        }
                     }
                 }
-            }
-        };
-        if first == last {
+            };
             // One block: data, then size and times (see the module doc for why this order).
             let in_block = (off % bs) as usize;
             let end_in_block = in_block + data.len();
             if in_block == 0 && data.len() == bs as usize {
                 // A whole block: no old bytes to keep, so the copy runs outside the lock, and
                 // the inode's size and times follow in the same lock hold as the publish.
-                let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
-                    return Ok(None);
-                };
                 let after = Cell::new(None);
                 // A block written since the last commit is overwritten where it is (where the
                 // map says, or, when only a hint says it looks fresh, where the tree says):
@@ -1214,9 +1218,6 @@ impl Fs {
                 self.refresh_inode_after(&inode, &put, after.get());
                 return Ok(Some(data.len()));
             } else {
-                let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
-                    return Ok(None);
-                };
                 // A small write into a block written since the last commit lands where it is;
                 // one at the end of the file, into the block's unused tail.
                 let after = Cell::new(None);
