@@ -62,7 +62,7 @@ fn per_overflow(block_size: u64) -> usize {
     ((block_size - 8) / SLOT_ENTRY) as usize
 }
 
-/// Most slots one record holds with its overflow blocks of `block_size` bytes (722 for 4 KiB).
+/// Most slots one record holds with its overflow blocks of `block_size` bytes (850 for 4 KiB).
 pub(crate) fn max_slots_with_overflow(block_size: u64) -> usize {
     UNDO_MAX_SLOTS + OVERFLOW_BLOCKS * per_overflow(block_size)
 }

@@ -13,7 +13,7 @@ use crate::key::Key;
 
 impl Store {
     /// Most blocks one [`Store::overwrite_blocks`] replaces (the undo record's capacity with
-    /// its overflow blocks: 722 blocks of 4 KiB).
+    /// its overflow blocks: 850 blocks of 4 KiB).
     pub fn overwrite_max_blocks(&self) -> usize {
         crate::undo::max_slots_with_overflow(self.inner.layout.bs())
     }
