@@ -538,6 +538,12 @@ impl Allocator {
             "double free of {b}"
         );
         let word = b / 64;
+        // Not fresh any more: a free block is no key's (a location someone still holds must
+        // not read as writable in place; reused, the block is noted fresh again).
+        let (_, fresh_bits) = self.fresh_pair(word);
+        if fresh_bits.load(Ordering::Relaxed) & (1 << (b % 64)) != 0 {
+            fresh_bits.fetch_and(!(1 << (b % 64)), Ordering::AcqRel);
+        }
         let prev = self
             .w_word(word)
             .fetch_and(!(1 << (b % 64)), Ordering::AcqRel);
@@ -812,8 +818,10 @@ mod tests {
             !alloc.is_fresh(a) && !alloc.is_fresh(b),
             "an old bit came back"
         );
-        // Freed and taken again in this generation: fresh (only this generation reaches it).
+        // Freed: not fresh; taken again in this generation: fresh (only this generation
+        // reaches it).
         alloc.free_now(a);
+        assert!(!alloc.is_fresh(a), "a free block reads fresh");
         let again = alloc.alloc_in(1).expect("block");
         assert_eq!(again, a, "the freed block is reused first");
         assert!(alloc.is_fresh(again));

@@ -1351,10 +1351,11 @@ impl Store {
         }
     }
 
-    /// The common case of [`Store::put_block_then_patch`], holding partition `p`'s lock only:
-    /// the key exists with a value of the same length in a leaf private to the working tree, and
-    /// the patch is skipped or lands in place. `None` (nothing done, `then` untouched) when that
-    /// is not so and the caller must take every lock.
+    /// The common case of [`Store::put_block_then_patch`], holding the locks of the partitions
+    /// in `held` (`p`, the key's, and perhaps the patched key's): the key exists with a value of
+    /// the same length in a leaf private to the working tree, and the patch is skipped or lands
+    /// in place. Otherwise nothing is written (the patch closure may have been called) and the
+    /// outcome says whether the patched key's partition would do or every lock is needed.
     #[allow(clippy::too_many_arguments)]
     fn publish_in_place<F: FnMut(&[u8], bool, &mut Patch)>(
         inner: &Inner,
@@ -1911,7 +1912,7 @@ impl Store {
         let _r = inner.read_section()?;
         let view = View {
             inner,
-            root: inner.header.working_root(),
+            root: Cell::new(None),
         };
         f(&view)
     }
@@ -2233,14 +2234,32 @@ pub struct WriteMarks {
 /// section: lock-free, or holding the writer locks when the reader table is full.
 pub struct View<'s> {
     inner: &'s Inner,
-    root: u64,
+    /// The working root, read at the view's first lookup: after the change stamps its caller
+    /// read before it. A change publishes its root before it moves its keys' stamps, so a
+    /// lookup made after reading stamp `s` finds a value at least as new as `s` says: a
+    /// location cached under `s` is never older than `s` (read first, the root could be older
+    /// than a stamp read after it, and the location a freed block's).
+    root: Cell<Option<u64>>,
 }
 
 impl View<'_> {
+    /// The root of this view's lookups (see `root`).
+    #[inline]
+    fn root(&self) -> u64 {
+        match self.root.get() {
+            Some(r) => r,
+            None => {
+                let r = self.inner.header.working_root();
+                self.root.set(Some(r));
+                r
+            }
+        }
+    }
+
     /// Call `f` with the value of `key` in place.
     pub fn get_with<R>(&self, key: Key, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         let inner = self.inner;
-        match inner.cx().lookup(self.root, key)? {
+        match inner.cx().lookup(self.root(), key)? {
             None => Ok(None),
             Some(v) => {
                 if let Val::Block { .. } = v {
@@ -2290,7 +2309,7 @@ impl View<'_> {
 
     /// Where the value of `key` lives: its bytes if inline, its data block if out of line.
     pub fn get_located(&self, key: Key) -> Result<Option<Located<'_>>> {
-        Ok(match self.inner.cx().lookup(self.root, key)? {
+        Ok(match self.inner.cx().lookup(self.root(), key)? {
             None => None,
             Some(Val::Inline(b)) => Some(Located::Inline(b)),
             Some(Val::Block { block, len, .. }) => Some(Located::Block(BlockRef { block, len })),
@@ -2321,7 +2340,7 @@ impl View<'_> {
     pub fn scan(&self, start: Key, end: Key, mut f: impl FnMut(Key, &[u8]) -> bool) -> Result<()> {
         self.inner
             .cx()
-            .scan(self.root, start, end, &mut f)
+            .scan(self.root(), start, end, &mut f)
             .map(|_| ())
     }
 }

@@ -1,4 +1,4 @@
-//! Repair records of changes made in place. A write of a few hundred bytes into a data block
+//! Repair records of changes made in place. A write of up to 4 KiB into a data block
 //! that no commit or snapshot reaches yet changes the block where it is instead of copying the
 //! whole block, under its partition's lock. Power loss cannot tear it (the block is not part of
 //! the last commit), but a process killed in the middle of the copy could; so the new bytes go

@@ -903,6 +903,40 @@ fn bytes_written_in_place_keep_the_location_and_its_stamp() {
 }
 
 #[test]
+fn a_location_found_after_reading_a_stamp_is_at_least_as_new_as_the_stamp() {
+    // A view reads its root at its first lookup, after the stamps its caller read: a change
+    // that published between the view's start and the stamp read must be what the lookup finds
+    // (cached under that stamp, an older location would be trusted while it named a freed
+    // block).
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(9, 2 << 56);
+    s.put_block(key, 4096, |out| out.fill(1)).expect("put");
+    s.commit().expect("commit");
+    let (stamp, at) = s
+        .read(|v| {
+            // Another writer (here this thread) copies the block before the stamp is read.
+            s.put_block(key, 4096, |out| out.fill(2)).expect("copy");
+            let stamp = v.change_stamp(key);
+            match v.get_located(key)? {
+                Some(iris_store::Located::Block(at)) => Ok((stamp, at)),
+                _ => panic!("not out of line"),
+            }
+        })
+        .expect("read");
+    assert_eq!(stamp, s.change_stamp(key));
+    let now = s
+        .read(|v| match v.get_located(key)? {
+            Some(iris_store::Located::Block(at)) => Ok(at),
+            _ => panic!("not out of line"),
+        })
+        .expect("read");
+    assert_eq!(
+        at, now,
+        "a location older than the stamp it is cached under"
+    );
+}
+
+#[test]
 fn a_whole_block_is_written_where_a_known_location_says_only_while_it_holds() {
     // A caller's known location (stamp, block) is used without a look at the tree while the
     // stamp holds and the block is fresh; a moved stamp sends the write to the tree, and a
