@@ -838,7 +838,47 @@ impl Fs {
             }
             None => file.prefetch(block),
         }
+        if let Some(n) = self.read_known(file, off, buf) {
+            return Ok(Some(n));
+        }
         self.read_impl(file.ino(), off, buf, true, Some(file))
+    }
+
+    /// A read inside one block that the file's map knows, with the inode's record in the cache,
+    /// made without a read section (see `Store::read_known`): the copy counts only if the
+    /// inode's and the data's stamps and the block's write marks read afterwards what they
+    /// read before. `None` when something is not known or moved: the caller reads the usual
+    /// way.
+    fn read_known(&self, file: &FileCache, off: u64, buf: &mut [u8]) -> Option<usize> {
+        let bs = self.block_size;
+        let block = off >> bs.trailing_zeros();
+        let in_block = (off & (bs - 1)) as usize;
+        if buf.is_empty() || in_block + buf.len() > bs as usize {
+            return None;
+        }
+        let ino = file.ino();
+        let (ikey, dkey) = (key(ino, Kind::Inode, 0), key(ino, Kind::Data, block));
+        self.store.read_known(|v| {
+            let stamp = v.change_stamp(ikey);
+            let data_stamp = v.change_stamp(dkey);
+            let inode = self.caches.inode(ino, stamp)?;
+            if inode.is_dir() || inode.is_shadowed() || off >= inode.size {
+                return None;
+            }
+            let n = (buf.len() as u64).min(inode.size - off) as usize;
+            let at = file.get(block, file.epoch_now(data_stamp)?)?;
+            let marks = v.in_place_marks(std::iter::once(dkey))?;
+            let bytes = v.block_bytes(at).ok()?;
+            let have = bytes.len().saturating_sub(in_block).min(n);
+            buf[..have].copy_from_slice(&bytes[in_block..in_block + have]);
+            if have < n {
+                buf[have..n].fill(0);
+            }
+            (v.unchanged_since(&marks)
+                && v.change_stamp(dkey) == data_stamp
+                && v.change_stamp(ikey) == stamp)
+                .then_some(n)
+        })
     }
 
     /// Mark or unmark `ino` as living in a shadow file (see [`Inode::SHADOWED`]).

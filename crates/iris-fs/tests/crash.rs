@@ -472,3 +472,75 @@ fn a_write_through_a_block_map_changes_no_committed_block() {
         assert!(got[..4096].iter().all(|&x| x == byte));
     }
 }
+
+#[test]
+fn reads_through_a_block_map_see_every_change_of_the_block() {
+    // A read the map answers skips the read section: it must still see each new value, a
+    // truncation and bytes changed in place, never the old ones.
+    let (_sim, fs, a, _) = two_files();
+    let map = fs.file_cache(a);
+    let mut got = vec![0u8; 4096];
+    let read = |got: &mut [u8]| {
+        fs.read_file(&map, 0, got)
+            .expect("read")
+            .expect("not shadowed")
+    };
+    fs.write(a, 0, &[1u8; 4096]).expect("write");
+    assert_eq!(read(&mut got), 4096);
+    assert!(got.iter().all(|&x| x == 1));
+    assert_eq!(read(&mut got), 4096, "a read from the map");
+    // In place (no stamp moves), through another path than the map's owner.
+    fs.write(a, 100, &[2u8; 50]).expect("write in place");
+    assert_eq!(read(&mut got), 4096);
+    assert!(got[100..150].iter().all(|&x| x == 2) && got[150..].iter().all(|&x| x == 1));
+    // Copied to a new block after a commit.
+    fs.sync().expect("commit");
+    fs.write(a, 0, &[3u8; 4096]).expect("copy");
+    assert_eq!(read(&mut got), 4096);
+    assert!(got.iter().all(|&x| x == 3));
+    // Truncated, then extended: zeros, not the old block.
+    fs.truncate(a, 10).expect("truncate");
+    assert_eq!(read(&mut got), 10);
+    fs.truncate(a, 4096).expect("extend");
+    assert_eq!(read(&mut got), 4096);
+    assert!(got[..10].iter().all(|&x| x == 3) && got[10..].iter().all(|&x| x == 0));
+}
+
+#[test]
+fn reads_through_a_block_map_never_see_half_a_write() {
+    // One thread rewrites a block (in place and, after commits, copied) with uniform bytes;
+    // another reads it through a block map: every read is one write's bytes.
+    let (_sim, fs, a, _) = two_files();
+    fs.write(a, 0, &[0u8; 4096]).expect("write");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let map = fs.file_cache(a);
+            for round in 1..20000u32 {
+                let byte = (round % 251) as u8;
+                fs.write_file(&map, 0, &[byte; 4096]).expect("write");
+                if round % 97 == 0 {
+                    fs.sync().expect("commit");
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let map = fs.file_cache(a);
+        let mut got = vec![0u8; 4096];
+        let mut reads = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Acquire) || reads < 1000 {
+            let off = [0usize, 512, 4000][reads as usize % 3];
+            let n = fs
+                .read_file(&map, off as u64, &mut got[..4096 - off])
+                .expect("read")
+                .expect("not shadowed");
+            assert_eq!(n, 4096 - off);
+            let first = got[0];
+            assert!(
+                got[..n].iter().all(|&x| x == first),
+                "read {reads} at {off}: half a write"
+            );
+            reads += 1;
+        }
+    });
+}

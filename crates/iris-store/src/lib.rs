@@ -30,9 +30,9 @@ pub use error::{Result, StoreError};
 pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
-    kernel_boot_id, BlockPut, BlockRef, CreateOptions, Known, Located, NoPatch, Op, OpenOptions,
-    Patch, Prepared, SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx, VerifyReport, View,
-    WriteMarks,
+    kernel_boot_id, BlockPut, BlockRef, CreateOptions, Known, KnownView, Located, NoPatch, Op,
+    OpenOptions, Patch, Prepared, SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx,
+    VerifyReport, View, WriteMarks,
 };
 pub use stream::copy_streaming;
 pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};

@@ -1917,6 +1917,17 @@ impl Store {
         f(&view)
     }
 
+    /// Call `f` with a view for reads at locations learned before (a file's block map),
+    /// without a read section: no atomic read-modify-write, no barrier. A block may be freed
+    /// and reused while `f` copies from it, so what `f` copies is worth something only if,
+    /// after the copy, the change stamp of its key still reads what it read before the
+    /// location was taken (a block is reused only after its key's stamp moved, see
+    /// [`Store::change_stamp`]) and, for bytes changed in place, the write marks hold
+    /// ([`KnownView::unchanged_since`], whose fence orders the copy before the checks).
+    pub fn read_known<R>(&self, f: impl FnOnce(&KnownView<'_>) -> R) -> R {
+        f(&KnownView { inner: &self.inner })
+    }
+
     /// The change stamp of `key`: a counter in the shared header that moves after every published
     /// change of a key in its bucket (keys sharing the high word and the top byte of the low
     /// word), before the old value's data block can be reused. A value or location learned by a
@@ -2230,6 +2241,83 @@ pub struct WriteMarks {
     seqs: [u64; PARTITIONS as usize],
 }
 
+impl Inner {
+    /// See [`View::in_place_marks`].
+    #[inline]
+    fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
+        let held = partition_mask(keys);
+        let mut seqs = [0u64; PARTITIONS as usize];
+        for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
+            let s = self.header.write_seq(p);
+            if s & 1 != 0 {
+                return None;
+            }
+            seqs[p as usize] = s;
+        }
+        Some(WriteMarks { held, seqs })
+    }
+
+    /// See [`View::unchanged_since`].
+    #[inline]
+    fn unchanged_since(&self, marks: &WriteMarks) -> bool {
+        // The bytes read above are read before the sequences below.
+        std::sync::atomic::fence(Ordering::Acquire);
+        (0..PARTITIONS)
+            .filter(|p| marks.held & (1 << p) != 0)
+            .all(|p| self.header.write_seq(p) == marks.seqs[p as usize])
+    }
+
+    /// See [`View::block_bytes`].
+    #[inline]
+    fn block_bytes(&self, at: BlockRef) -> Result<&[u8]> {
+        if at.block < self.layout.data_start
+            || at.block >= self.header.backed_blocks()
+            || at.len > self.layout.block_size
+        {
+            return Err(StoreError::corrupt(format!(
+                "cached location {at:?} is outside the volume's data"
+            )));
+        }
+        self.latency.on_read(1);
+        Ok(self
+            .region
+            .bytes(self.layout.offset(at.block), u64::from(at.len)))
+    }
+}
+
+/// Reads at locations learned before, without a read section (see [`Store::read_known`]): no
+/// tree lookup, only stamps, write marks and the bytes at a location.
+pub struct KnownView<'s> {
+    inner: &'s Inner,
+}
+
+impl KnownView<'_> {
+    /// See [`Store::change_stamp`].
+    #[inline]
+    pub fn change_stamp(&self, key: Key) -> u64 {
+        self.inner.header.change_stamp(key)
+    }
+
+    /// See [`View::in_place_marks`].
+    #[inline]
+    pub fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
+        self.inner.in_place_marks(keys)
+    }
+
+    /// See [`View::unchanged_since`] (its fence also orders the bytes read before it before the
+    /// stamps read after it).
+    #[inline]
+    pub fn unchanged_since(&self, marks: &WriteMarks) -> bool {
+        self.inner.unchanged_since(marks)
+    }
+
+    /// The bytes at `at` (bounds checked; see [`Store::read_known`] for what they are worth).
+    #[inline]
+    pub fn block_bytes(&self, at: BlockRef) -> Result<&[u8]> {
+        self.inner.block_bytes(at)
+    }
+}
+
 /// A consistent read-only view of the working tree (see [`Store::read`]), inside a read
 /// section: lock-free, or holding the writer locks when the reader table is full.
 pub struct View<'s> {
@@ -2284,27 +2372,14 @@ impl View<'_> {
     /// through [`Store::wait_for_writers`]).
     #[inline]
     pub fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
-        let held = partition_mask(keys);
-        let mut seqs = [0u64; PARTITIONS as usize];
-        for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
-            let s = self.inner.header.write_seq(p);
-            if s & 1 != 0 {
-                return None;
-            }
-            seqs[p as usize] = s;
-        }
-        Some(WriteMarks { held, seqs })
+        self.inner.in_place_marks(keys)
     }
 
     /// Whether no change in place began in the partitions of `marks` since they were taken:
     /// then what was read between the two is one state, not part of a change.
     #[inline]
     pub fn unchanged_since(&self, marks: &WriteMarks) -> bool {
-        // The bytes read above are read before the sequences below.
-        std::sync::atomic::fence(Ordering::Acquire);
-        (0..PARTITIONS)
-            .filter(|p| marks.held & (1 << p) != 0)
-            .all(|p| self.inner.header.write_seq(p) == marks.seqs[p as usize])
+        self.inner.unchanged_since(marks)
     }
 
     /// Where the value of `key` lives: its bytes if inline, its data block if out of line.
@@ -2321,19 +2396,7 @@ impl View<'_> {
     /// then. A location outside the volume's data is an error.
     #[inline]
     pub fn block_bytes(&self, at: BlockRef) -> Result<&[u8]> {
-        let inner = self.inner;
-        if at.block < inner.layout.data_start
-            || at.block >= inner.header.backed_blocks()
-            || at.len > inner.layout.block_size
-        {
-            return Err(StoreError::corrupt(format!(
-                "cached location {at:?} is outside the volume's data"
-            )));
-        }
-        inner.latency.on_read(1);
-        Ok(inner
-            .region
-            .bytes(inner.layout.offset(at.block), u64::from(at.len)))
+        self.inner.block_bytes(at)
     }
 
     /// Visit `[start, end)` ascending until `f` returns false.
