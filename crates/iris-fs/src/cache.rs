@@ -11,8 +11,9 @@
 //! word per file block, indexed by block number (8 bytes per block, so a file's map stays in the
 //! CPU caches where a hashed table of tagged entries would not).
 
+use std::sync::atomic::AtomicPtr;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use iris_store::BlockRef;
 
@@ -193,7 +194,10 @@ pub struct FileCache {
     state: AtomicU64,
     /// Serializes fills and moves to a new epoch.
     advance: Mutex<()>,
-    chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    /// Chunks of `CHUNK_WORDS` words, allocated on first use and installed by one
+    /// compare-exchange (never a lock: a child forked while a thread of its parent was
+    /// allocating one must not wait for it), freed with the map.
+    chunks: Box<[AtomicPtr<AtomicU64>]>,
 }
 
 /// An epoch of a [`FileCache`]: the state it was read in (its stamp and epoch number).
@@ -206,7 +210,9 @@ impl FileCache {
             ino,
             state: AtomicU64::new(0),
             advance: Mutex::new(()),
-            chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
+            chunks: (0..CHUNKS)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
         }
     }
 
@@ -246,7 +252,7 @@ impl FileCache {
             // of epoch 0 (where its block was last seen). No fill runs meanwhile (they hold
             // this lock), and lookups of the old state miss from here on.
             self.state.store(0, Ordering::SeqCst);
-            for chunk in self.chunks.iter().filter_map(OnceLock::get) {
+            for chunk in (0..CHUNKS).filter_map(|c| self.chunk(c)) {
                 for w in chunk.iter() {
                     let v = w.load(Ordering::Relaxed);
                     if v & EPOCH_MASK != 0 {
@@ -292,7 +298,7 @@ impl FileCache {
 
     #[inline]
     fn word(&self, block: u64) -> Option<&AtomicU64> {
-        let chunk = self.chunks.get((block / CHUNK_WORDS) as usize)?.get()?;
+        let chunk = self.chunk((block / CHUNK_WORDS) as usize)?;
         Some(&chunk[(block % CHUNK_WORDS) as usize])
     }
 
@@ -345,9 +351,59 @@ impl FileCache {
         if packed >> REF_BITS != 0 {
             return None; // a block number too large to pack beside the epoch
         }
-        let cell = self.chunks.get((block / CHUNK_WORDS) as usize)?;
-        let chunk = cell.get_or_init(|| (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let c = (block / CHUNK_WORDS) as usize;
+        let chunk = match self.chunk(c) {
+            Some(chunk) => chunk,
+            None => {
+                let cell = self.chunks.get(c)?;
+                let fresh: Box<[AtomicU64]> = (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect();
+                let ptr = Box::into_raw(fresh).cast::<AtomicU64>();
+                if let Err(_other) = cell.compare_exchange(
+                    std::ptr::null_mut(),
+                    ptr,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    // SAFETY: `ptr` came from Box::into_raw of a slice of CHUNK_WORDS words
+                    // just above and was never shared (the exchange failed).
+                    drop(unsafe {
+                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                            ptr,
+                            CHUNK_WORDS as usize,
+                        ))
+                    });
+                }
+                self.chunk(c)?
+            }
+        };
         Some((packed, &chunk[(block % CHUNK_WORDS) as usize]))
+    }
+
+    /// Chunk `c`, if allocated.
+    #[inline]
+    fn chunk(&self, c: usize) -> Option<&[AtomicU64]> {
+        let ptr = self.chunks.get(c)?.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is a chunk of CHUNK_WORDS words installed by `slot` and
+        // freed only when the map drops, which outlives `&self`.
+        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, CHUNK_WORDS as usize) })
+    }
+}
+
+impl Drop for FileCache {
+    fn drop(&mut self) {
+        for cell in self.chunks.iter() {
+            let ptr = cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !ptr.is_null() {
+                // SAFETY: installed by `slot` from Box::into_raw of a slice of CHUNK_WORDS
+                // words; `&mut self` means nobody else holds it now.
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                        ptr,
+                        CHUNK_WORDS as usize,
+                    ))
+                });
+            }
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! fork() while other threads are inside Iris: the child has only the forking thread, so a
 //! process-local lock held by any other thread at that instant would stay held in the child for
 //! ever. The prepare handler takes every such lock (the Iris working directory, the shadow table,
-//! the file system's tables of open counts and block maps) so the fork happens between
-//! operations; both sides release them after. Locks in the volume's shared memory need nothing:
+//! the first open of the record-lock file, the file system's tables of open counts and block
+//! maps) so the fork happens between operations; both sides release them after. Locks in the volume's shared memory need nothing:
 //! the parent's threads live on and release them. (vfork and posix_spawn run no handlers and
 //! need none: the child runs nothing of Iris before exec.)
 
@@ -11,6 +11,7 @@ use std::sync::Once;
 extern "C" fn prepare() {
     crate::cwd::lock_for_fork();
     crate::shadow::lock_for_fork();
+    crate::locks::lock_for_fork();
     if let Some(fs) = crate::state::fs_if_open() {
         fs.lock_for_fork();
     }
@@ -21,6 +22,7 @@ extern "C" fn release() {
         // SAFETY: prepare took these locks in this thread (or in the parent of this child).
         unsafe { fs.unlock_after_fork() };
     }
+    crate::locks::unlock_after_fork();
     crate::shadow::unlock_after_fork();
     crate::cwd::unlock_after_fork();
 }

@@ -13,7 +13,9 @@
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
 //! beyond are clamped to the window's end).
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use iris_fs::ForkSafeMutex as Mutex;
 
 use libc::{c_int, flock as Flock};
 
@@ -85,8 +87,14 @@ fn still_named(fd: c_int, path: &str) -> bool {
 /// says, for holders from builds that took none). A file nobody holds carries no state: the
 /// kernel drops record locks with their last holder.
 fn remove_unused_lock_files() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    if SWEPT.load(Ordering::Acquire) {
+        return;
+    }
+    let _g = SWEEP.lock();
+    if SWEPT.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    {
         let _b = Busy::enter();
         let Ok(dir) = std::fs::read_dir(LOCK_DIR) else {
             return;
@@ -104,8 +112,13 @@ fn remove_unused_lock_files() {
                 remove_if_unused(&format!("{LOCK_DIR}/{name}\0"));
             }
         }
-    });
+    }
 }
+
+/// Whether this process swept the unused lock files (see [`remove_unused_lock_files`]).
+static SWEPT: AtomicBool = AtomicBool::new(false);
+/// Held during the sweep, and across a fork (see [`lock_for_fork`]).
+static SWEEP: Mutex<()> = Mutex::new(());
 
 /// Remove lock file `path` (NUL-terminated) if no process holds it open (see
 /// `remove_unused_lock_files`).
@@ -134,14 +147,48 @@ fn remove_if_unused(path: &str) {
     unsafe { real::close(fd) };
 }
 
+/// [`RECORD_FD`] before the first use.
+const NOT_OPENED: c_int = -2;
+/// [`RECORD_FD`] when the lock file could not be opened.
+const NO_FILE: c_int = -1;
+/// The process's fd on the record-lock file (see [`record_fd`]).
+static RECORD_FD: AtomicI32 = AtomicI32::new(NOT_OPENED);
+/// Held while the record-lock file is first opened, and across a fork (see [`lock_for_fork`]).
+static RECORD_OPEN: Mutex<()> = Mutex::new(());
+
 /// The process's fd on the record-lock file (opened once, kept for the process's life; closing it
 /// would drop every record lock the process holds).
 fn record_fd() -> Option<c_int> {
-    static FD: OnceLock<Option<c_int>> = OnceLock::new();
-    *FD.get_or_init(|| {
+    let fd = RECORD_FD.load(Ordering::Acquire);
+    if fd != NOT_OPENED {
+        return (fd >= 0).then_some(fd);
+    }
+    let _g = RECORD_OPEN.lock();
+    if RECORD_FD.load(Ordering::Acquire) == NOT_OPENED {
         let _b = Busy::enter();
-        open_lock_file("locks")
-    })
+        let fd = open_lock_file("locks").unwrap_or(NO_FILE);
+        RECORD_FD.store(fd, Ordering::Release);
+    }
+    let fd = RECORD_FD.load(Ordering::Acquire);
+    (fd >= 0).then_some(fd)
+}
+
+/// Hold the first open of the record-lock file and the sweep of unused lock files across a fork
+/// (see `crate::fork`), in the order `record_fd` takes them: a child forked while another thread
+/// was opening it (a `std::sync::OnceLock` then) waited for that thread, which the child does
+/// not have, for ever, in its first `close`.
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(RECORD_OPEN.lock());
+    std::mem::forget(SWEEP.lock());
+}
+
+/// Release what [`lock_for_fork`] took (parent and child after the fork).
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: only called after lock_for_fork, whose guards were forgotten.
+    unsafe {
+        SWEEP.force_unlock();
+        RECORD_OPEN.force_unlock();
+    }
 }
 
 /// The description's own open of lock file `kind`, opened on first use and kept in the slot
