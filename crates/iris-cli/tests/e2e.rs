@@ -484,6 +484,16 @@ fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
 }
 
 #[test]
+fn a_child_forked_while_the_volume_is_being_opened_does_not_hang() {
+    let v = Volume::new("forkstart");
+    v.sh_ok("mkdir /iris/start");
+    let bin = Program::build("fork_at_start", &["-pthread"]);
+    let stdout = v.sh_ok(&format!("timeout 300 {}", bin.0));
+    assert_eq!(stdout, "ok 30/30\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn execl_execlp_and_execle_keep_iris_in_the_new_image() {
     let v = Volume::new("execlist");
     let bin = Program::build("exec_list", &[]);

@@ -1,7 +1,7 @@
 //! fork() while other threads are inside Iris: the child has only the forking thread, so a
 //! process-local lock held by any other thread at that instant would stay held in the child for
-//! ever. The prepare handler takes every such lock (the Iris working directory, the shadow table,
-//! the first open of the record-lock file, the file system's tables of open counts and block
+//! ever. The prepare handler takes every such lock (the opening of the volume, the Iris working
+//! directory, the shadow table, the first open of the record-lock file, the file system's tables of open counts and block
 //! maps) so the fork happens between operations; both sides release them after. Locks in the volume's shared memory need nothing:
 //! the parent's threads live on and release them. (vfork and posix_spawn run no handlers and
 //! need none: the child runs nothing of Iris before exec.)
@@ -9,6 +9,7 @@
 use std::sync::Once;
 
 extern "C" fn prepare() {
+    crate::state::lock_for_fork();
     crate::cwd::lock_for_fork();
     crate::shadow::lock_for_fork();
     crate::locks::lock_for_fork();
@@ -25,6 +26,7 @@ extern "C" fn release() {
     crate::locks::unlock_after_fork();
     crate::shadow::unlock_after_fork();
     crate::cwd::unlock_after_fork();
+    crate::state::unlock_after_fork();
 }
 
 /// Register the handlers (once per process; a child inherits them).

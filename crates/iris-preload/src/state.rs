@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use iris_fs::{Cred, Fs};
+use iris_fs::{Cred, ForkSafeMutex, Fs};
 use iris_store::{CreateOptions, OpenOptions};
 
 /// The volume used when `IRIS_VOLUME` is unset: `$XDG_DATA_HOME/iris/default.vol`, else
@@ -106,8 +106,29 @@ pub(crate) fn fs_if_open() -> Option<&'static Fs> {
     FS.get().and_then(Option::as_ref)
 }
 
+/// Held while the file system is opened, and across a fork (see [`lock_for_fork`]).
+static FS_OPEN: ForkSafeMutex<()> = ForkSafeMutex::new(());
+
+/// Hold the opening of the file system across a fork (see `crate::fork`): a child forked while
+/// another thread was opening it would wait for that thread, which it does not have, for ever.
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(FS_OPEN.lock());
+}
+
+/// Release what [`lock_for_fork`] took (parent and child after the fork).
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: only called after lock_for_fork, whose guard was forgotten.
+    unsafe { FS_OPEN.force_unlock() };
+}
+
 /// The file system, opened on first use (creating the default volume if missing).
 pub(crate) fn fs() -> Option<&'static Fs> {
+    if let Some(fs) = FS.get() {
+        return fs.as_ref();
+    }
+    // The fork handlers first, so a fork from now on waits for the opening to finish.
+    crate::fork::install();
+    let _opening = FS_OPEN.lock();
     FS.get_or_init(|| {
         let _busy = Busy::enter();
         let cfg = config();
