@@ -180,7 +180,7 @@ const CHUNKS: usize = 512;
 /// found, tagged with the epoch in force then. `state` maps the inode's current change stamp to
 /// an epoch (a small counter that moves whenever a reader sees the stamp moved), so one word per
 /// block suffices; when the epoch wraps, every word becomes a hint. A word of epoch 0 is only a hint of
-/// where the block was last seen ([`FileCache::last_seen`]): no epoch is 0, so it never answers a
+/// where the block was last seen (`FileCache::last_seen`): no epoch is 0, so it never answers a
 /// lookup.
 ///
 /// Fills and epoch moves take the `advance` lock (tried, never waited for), and a fill stores

@@ -931,7 +931,7 @@ impl Fs {
     }
 
     /// The keys of the data blocks `len` bytes at `off` of `ino` live in: a read of them must not
-    /// see part of a write that changes some of them in place (see `View::in_place_marks`).
+    /// see part of a write that changes some of them in place (see `KnownView::in_place_marks`).
     fn data_keys(&self, ino: u64, off: u64, len: u64) -> impl Iterator<Item = Key> {
         let shift = self.block_size.trailing_zeros();
         let (first, last) = (off >> shift, off.saturating_add(len.max(1) - 1) >> shift);

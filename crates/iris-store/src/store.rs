@@ -1620,7 +1620,7 @@ impl Store {
     }
 
     /// Start loading bytes `offset..offset + len` of the out-of-line value at `at` (at most
-    /// [`PREFETCH_BYTES`] of them) into the cache: a caller that learned where a value lives
+    /// `PREFETCH_BYTES` (1 KiB) of them) into the cache: a caller that learned where a value lives
     /// (a file's block map, valid or not by now) lets the memory's latency overlap its checks.
     /// A hint: no effect on what is read, harmless on a stale or foreign location.
     #[inline]
@@ -1896,7 +1896,7 @@ impl Store {
     }
 
     /// Wait until no writer is in the middle of a change in place in the partitions of `keys`
-    /// (see [`View::in_place_marks`]), repairing what a dead one left half done: takes their
+    /// (see [`KnownView::in_place_marks`]), repairing what a dead one left half done: takes their
     /// locks, then releases them. Call it outside any read.
     pub fn wait_for_writers(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
         let held = partition_mask(keys);
@@ -1911,6 +1911,7 @@ impl Store {
         let inner = &*self.inner;
         let _r = inner.read_section()?;
         let view = View {
+            known: KnownView { inner },
             inner,
             root: Cell::new(None),
         };
@@ -1934,7 +1935,7 @@ impl Store {
     /// lookup made after reading stamp `s` stays valid while the stamp reads `s` (read both
     /// inside one read section), which lets callers cache lookups. The bytes of an out-of-line
     /// value may change where they are ([`Store::write_in_place`]) without moving the stamp:
-    /// its location stays valid; readers of the bytes use [`View::in_place_marks`].
+    /// its location stays valid; readers of the bytes use [`KnownView::in_place_marks`].
     pub fn change_stamp(&self, key: Key) -> u64 {
         self.inner.header.change_stamp(key)
     }
@@ -2234,7 +2235,7 @@ fn commit_timer(weak: Weak<Inner>, stop: Arc<AtomicBool>, interval: Duration) {
     }
 }
 
-/// The write sequences of some partitions as a reader found them (see [`View::in_place_marks`]).
+/// The write sequences of some partitions as a reader found them (see [`KnownView::in_place_marks`]).
 #[derive(Clone, Copy, Debug)]
 pub struct WriteMarks {
     held: u64,
@@ -2242,7 +2243,7 @@ pub struct WriteMarks {
 }
 
 impl Inner {
-    /// See [`View::in_place_marks`].
+    /// See [`KnownView::in_place_marks`].
     #[inline]
     fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
         let held = partition_mask(keys);
@@ -2257,7 +2258,7 @@ impl Inner {
         Some(WriteMarks { held, seqs })
     }
 
-    /// See [`View::unchanged_since`].
+    /// See [`KnownView::unchanged_since`].
     #[inline]
     fn unchanged_since(&self, marks: &WriteMarks) -> bool {
         // The bytes read above are read before the sequences below.
@@ -2267,7 +2268,7 @@ impl Inner {
             .all(|p| self.header.write_seq(p) == marks.seqs[p as usize])
     }
 
-    /// See [`View::block_bytes`].
+    /// See [`KnownView::block_bytes`].
     #[inline]
     fn block_bytes(&self, at: BlockRef) -> Result<&[u8]> {
         if at.block < self.layout.data_start
@@ -2292,26 +2293,35 @@ pub struct KnownView<'s> {
 }
 
 impl KnownView<'_> {
-    /// See [`Store::change_stamp`].
+    /// The change stamp of `key` (see [`Store::change_stamp`]). Read it before a lookup whose
+    /// result is cached, and tag the result with it.
     #[inline]
     pub fn change_stamp(&self, key: Key) -> u64 {
         self.inner.header.change_stamp(key)
     }
 
-    /// See [`View::in_place_marks`].
+    /// The write sequences of the partitions of `keys`, for a read that must not see part of a
+    /// change made in place (bytes of a block, or the several slots of one write): check them
+    /// with [`KnownView::unchanged_since`] after reading, and read again if they moved. `None`
+    /// while a writer of one of them is mid-change: leave the view, then try again (after a
+    /// while, through [`Store::wait_for_writers`]).
     #[inline]
     pub fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
         self.inner.in_place_marks(keys)
     }
 
-    /// See [`View::unchanged_since`] (its fence also orders the bytes read before it before the
-    /// stamps read after it).
+    /// Whether no change in place began in the partitions of `marks` since they were taken:
+    /// then what was read between the two is one state, not part of a change (its fence also
+    /// orders the bytes read before it before the stamps read after it).
     #[inline]
     pub fn unchanged_since(&self, marks: &WriteMarks) -> bool {
         self.inner.unchanged_since(marks)
     }
 
-    /// The bytes at `at` (bounds checked; see [`Store::read_known`] for what they are worth).
+    /// The bytes of an out-of-line value found by [`View::get_located`], returned by
+    /// [`Store::put_block_then_patch`] or cached, while the change stamp of its key reads what
+    /// it read then (outside a read section, see [`Store::read_known`] for what they are worth).
+    /// A location outside the volume's data is an error.
     #[inline]
     pub fn block_bytes(&self, at: BlockRef) -> Result<&[u8]> {
         self.inner.block_bytes(at)
@@ -2319,8 +2329,11 @@ impl KnownView<'_> {
 }
 
 /// A consistent read-only view of the working tree (see [`Store::read`]), inside a read
-/// section: lock-free, or holding the writer locks when the reader table is full.
+/// section: lock-free, or holding the writer locks when the reader table is full. It does what
+/// a [`KnownView`] does too (stamps, write marks, bytes at a location), through `Deref`.
 pub struct View<'s> {
+    /// What a view without a read section can do, which a view can do too (see `Deref`).
+    known: KnownView<'s>,
     inner: &'s Inner,
     /// The working root, read at the view's first lookup: after the change stamps its caller
     /// read before it. A change publishes its root before it moves its keys' stamps, so a
@@ -2328,6 +2341,14 @@ pub struct View<'s> {
     /// location cached under `s` is never older than `s` (read first, the root could be older
     /// than a stamp read after it, and the location a freed block's).
     root: Cell<Option<u64>>,
+}
+
+impl<'s> std::ops::Deref for View<'s> {
+    type Target = KnownView<'s>;
+
+    fn deref(&self) -> &KnownView<'s> {
+        &self.known
+    }
 }
 
 impl View<'_> {
@@ -2358,30 +2379,6 @@ impl View<'_> {
         }
     }
 
-    /// The change stamp of `key` (see [`Store::change_stamp`]). Read it before a lookup whose
-    /// result is cached, and tag the result with it.
-    #[inline]
-    pub fn change_stamp(&self, key: Key) -> u64 {
-        self.inner.header.change_stamp(key)
-    }
-
-    /// The write sequences of the partitions of `keys`, for a read that must not see part of a
-    /// change made in place (bytes of a block, or the several slots of one write): check them
-    /// with [`View::unchanged_since`] after reading, and read again if they moved. `None` while
-    /// a writer of one of them is mid-change: leave the view, then try again (after a while,
-    /// through [`Store::wait_for_writers`]).
-    #[inline]
-    pub fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
-        self.inner.in_place_marks(keys)
-    }
-
-    /// Whether no change in place began in the partitions of `marks` since they were taken:
-    /// then what was read between the two is one state, not part of a change.
-    #[inline]
-    pub fn unchanged_since(&self, marks: &WriteMarks) -> bool {
-        self.inner.unchanged_since(marks)
-    }
-
     /// Where the value of `key` lives: its bytes if inline, its data block if out of line.
     pub fn get_located(&self, key: Key) -> Result<Option<Located<'_>>> {
         Ok(match self.inner.cx().lookup(self.root(), key)? {
@@ -2389,14 +2386,6 @@ impl View<'_> {
             Some(Val::Inline(b)) => Some(Located::Inline(b)),
             Some(Val::Block { block, len, .. }) => Some(Located::Block(BlockRef { block, len })),
         })
-    }
-
-    /// The bytes of an out-of-line value found by [`View::get_located`] or returned by
-    /// [`Store::put_block_then_patch`], while the change stamp of its key reads what it read
-    /// then. A location outside the volume's data is an error.
-    #[inline]
-    pub fn block_bytes(&self, at: BlockRef) -> Result<&[u8]> {
-        self.inner.block_bytes(at)
     }
 
     /// Visit `[start, end)` ascending until `f` returns false.
