@@ -32,6 +32,18 @@ pub enum StoreError {
     /// The volume is read-only (a snapshot view).
     #[error("read-only")]
     ReadOnly,
+    /// The volume is of a format version this build does not read (its superblock is intact).
+    #[error(
+        "volume format version {found}: this build reads format version {reads} only; \
+         copy the files out with the build that wrote it, then re-create the volume \
+         (`iris mkfs --force`)"
+    )]
+    Format {
+        /// The volume's version.
+        found: u32,
+        /// The version this build reads.
+        reads: u32,
+    },
 }
 
 impl StoreError {
@@ -51,6 +63,7 @@ impl StoreError {
             StoreError::NoSnapshot(_) => libc::ENOENT,
             StoreError::SnapshotTable(..) => libc::EEXIST,
             StoreError::ReadOnly => libc::EROFS,
+            StoreError::Format { .. } => libc::EPROTONOSUPPORT,
         }
     }
 }

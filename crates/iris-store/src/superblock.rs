@@ -128,15 +128,17 @@ impl Superblock {
         if le64(b, 0) != SUPER_MAGIC {
             return Err(bad("bad magic (not an Iris volume)"));
         }
-        let version = le32(b, 8);
-        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
-            return Err(bad(&format!(
-                "format version {version}, this build reads versions {OLDEST_READ_VERSION} \
-                 to {FORMAT_VERSION} (re-create the volume with `iris mkfs --force`)"
-            )));
-        }
+        // The checksum first: a flipped version byte is corruption, an intact superblock of
+        // another version a volume of another format.
         if crc32c::crc32c(&b[..CHECKSUM_OFF]) != le32(b, CHECKSUM_OFF) {
             return Err(bad("checksum mismatch"));
+        }
+        let version = le32(b, 8);
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
+            return Err(StoreError::Format {
+                found: version,
+                reads: FORMAT_VERSION,
+            });
         }
         let block_size = le32(b, 12);
         if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
@@ -201,6 +203,9 @@ pub(crate) fn choose(a: Result<Superblock>, b: Result<Superblock>) -> Result<(us
         }),
         (Ok(a), Err(_)) => Ok((0, a)),
         (Err(_), Ok(b)) => Ok((1, b)),
+        // A volume of another format says so, rather than "corrupt".
+        (Err(e @ StoreError::Format { .. }), Err(_))
+        | (Err(_), Err(e @ StoreError::Format { .. })) => Err(e),
         (Err(ea), Err(eb)) => Err(StoreError::corrupt(format!(
             "no valid superblock ({ea}; {eb})"
         ))),
