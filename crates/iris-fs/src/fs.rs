@@ -870,7 +870,9 @@ impl Fs {
             let marks = v.in_place_marks(std::iter::once(dkey))?;
             let bytes = v.block_bytes(at).ok()?;
             let have = bytes.len().saturating_sub(in_block).min(n);
-            buf[..have].copy_from_slice(&bytes[in_block..in_block + have]);
+            if have > 0 {
+                buf[..have].copy_from_slice(&bytes[in_block..in_block + have]);
+            }
             if have < n {
                 buf[have..n].fill(0);
             }
@@ -998,7 +1000,11 @@ impl Fs {
                         None => &[],
                     };
                     let have = v.len().saturating_sub(in_block).min(chunk);
-                    out[..have].copy_from_slice(&v[in_block..in_block + have]);
+                    // (Nothing when the read starts past the value's end, as in a file
+                    // extended by truncate: zeros below.)
+                    if have > 0 {
+                        out[..have].copy_from_slice(&v[in_block..in_block + have]);
+                    }
                     // Only past the value's end: glibc's memset of zero bytes at the end of a
                     // page-aligned buffer is an AVX-512 masked store into the next page, which
                     // cost a third of a 4 KiB O_DIRECT read here (fio's buffers are

@@ -544,3 +544,27 @@ fn reads_through_a_block_map_never_see_half_a_write() {
         }
     });
 }
+
+#[test]
+fn a_read_past_the_values_end_inside_the_file_reads_zeros() {
+    // A short last block, then the file extended by truncate: bytes past the block's value
+    // read as zeros, through the map and without it (a read starting past the value's end
+    // used to slice out of bounds).
+    let (_sim, fs, a, _) = two_files();
+    fs.write(a, 0, &[7u8; 100]).expect("write");
+    fs.truncate(a, 4096).expect("extend");
+    let map = fs.file_cache(a);
+    let mut got = vec![1u8; 10];
+    for _ in 0..2 {
+        // The second read finds the block in the map.
+        assert_eq!(fs.read_file(&map, 200, &mut got).expect("read"), Some(10));
+        assert!(got.iter().all(|&x| x == 0), "{got:?}");
+        got.fill(1);
+        assert_eq!(fs.read(a, 200, &mut got).expect("read"), 10);
+        assert!(got.iter().all(|&x| x == 0), "{got:?}");
+        got.fill(1);
+        assert_eq!(fs.read_file(&map, 95, &mut got).expect("read"), Some(10));
+        assert_eq!(&got[..5], &[7u8; 5]);
+        assert!(got[5..].iter().all(|&x| x == 0));
+    }
+}
