@@ -162,11 +162,12 @@ pub(crate) fn pid() -> u32 {
     if p != 0 {
         return p;
     }
-    static AT_FORK: std::sync::Once = std::sync::Once::new();
-    AT_FORK.call_once(|| {
+    // Not a `Once`: see `fork::install`.
+    static AT_FORK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !AT_FORK.swap(true, Ordering::AcqRel) {
         // SAFETY: registering a plain function to run in the child after fork.
         unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
-    });
+    }
     // SAFETY: getpid cannot fail.
     let p = unsafe { libc::getpid() } as u32;
     PID.store(p, Ordering::Relaxed);

@@ -1,18 +1,20 @@
 //! fork() while other threads are inside Iris: the child has only the forking thread, so a
 //! process-local lock held by any other thread at that instant would stay held in the child for
 //! ever. The prepare handler takes every such lock (the opening of the volume, the Iris working
-//! directory, the shadow table, the first open of the record-lock file, the file system's tables of open counts and block
-//! maps) so the fork happens between operations; both sides release them after. Locks in the volume's shared memory need nothing:
+//! directory, the shadow table, the first open of the record-lock file, the table of mappings,
+//! the file system's tables of open counts and block maps) so the fork happens between
+//! operations; both sides release them after. Locks in the volume's shared memory need nothing:
 //! the parent's threads live on and release them. (vfork and posix_spawn run no handlers and
 //! need none: the child runs nothing of Iris before exec.)
 
-use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 extern "C" fn prepare() {
     crate::state::lock_for_fork();
     crate::cwd::lock_for_fork();
     crate::shadow::lock_for_fork();
     crate::locks::lock_for_fork();
+    crate::mappings::lock_for_fork();
     if let Some(fs) = crate::state::fs_if_open() {
         fs.lock_for_fork();
     }
@@ -23,17 +25,20 @@ extern "C" fn release() {
         // SAFETY: prepare took these locks in this thread (or in the parent of this child).
         unsafe { fs.unlock_after_fork() };
     }
+    crate::mappings::unlock_after_fork();
     crate::locks::unlock_after_fork();
     crate::shadow::unlock_after_fork();
     crate::cwd::unlock_after_fork();
     crate::state::unlock_after_fork();
 }
 
-/// Register the handlers (once per process; a child inherits them).
+/// Register the handlers (once per process; a child inherits them). Not with a `Once`:
+/// `pthread_atfork` waits while another thread forks, and a child forked then would inherit a
+/// `Once` marked running that nothing finishes, and wait on it for ever.
 pub(crate) fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
+    static INSTALLED: AtomicBool = AtomicBool::new(false);
+    if !INSTALLED.swap(true, Ordering::AcqRel) {
         // SAFETY: registering plain extern "C" functions.
         unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
-    });
+    }
 }

@@ -12,6 +12,18 @@ use crate::state::Busy;
 
 /// (start address, length, inode) of each shared mapping of an Iris file.
 static MAPS: Mutex<Vec<(usize, usize, u64)>> = Mutex::new(Vec::new());
+
+/// Hold the table of mappings across a fork (see `crate::fork`).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(MAPS.lock());
+}
+
+/// Release what [`lock_for_fork`] took (parent and child after the fork).
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: only called after lock_for_fork, whose guard was forgotten.
+    unsafe { MAPS.force_unlock() };
+}
+
 /// Whether the table was ever used: until then munmap, msync and mremap of other memory (malloc
 /// unmaps chunks all the time) pass through without touching its lock.
 static USED: AtomicBool = AtomicBool::new(false);

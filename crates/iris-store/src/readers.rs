@@ -69,11 +69,13 @@ pub(crate) fn me() -> u64 {
         if cached != 0 {
             return cached;
         }
-        static AT_FORK: std::sync::Once = std::sync::Once::new();
-        AT_FORK.call_once(|| {
+        // Not a `Once`: `pthread_atfork` waits while another thread forks, and a child forked
+        // then would inherit a `Once` marked running that nothing finishes.
+        static AT_FORK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !AT_FORK.swap(true, Ordering::AcqRel) {
             // SAFETY: registering a plain function to run in the child after fork.
             unsafe { libc::pthread_atfork(None, None, Some(forget_me_after_fork)) };
-        });
+        }
         // SAFETY: getpid and gettid cannot fail.
         let (pid, tid) = unsafe { (libc::getpid() as u64, libc::gettid() as u64) };
         let v = (pid << 32) | (tid & 0xffff_ffff);

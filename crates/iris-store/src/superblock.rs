@@ -196,6 +196,10 @@ impl Superblock {
 /// Pick the valid superblock with the higher generation; errors of both if neither is valid.
 pub(crate) fn choose(a: Result<Superblock>, b: Result<Superblock>) -> Result<(usize, Superblock)> {
     match (a, b) {
+        // An intact superblock of another format (a build that wrote it, perhaps upgraded one
+        // slot): the volume is not this build's, whatever the other slot says (using it would
+        // roll back, and recovery would wipe the other slot as torn).
+        (Err(e @ StoreError::Format { .. }), _) | (_, Err(e @ StoreError::Format { .. })) => Err(e),
         (Ok(a), Ok(b)) => Ok(if b.generation > a.generation {
             (1, b)
         } else {
@@ -203,9 +207,6 @@ pub(crate) fn choose(a: Result<Superblock>, b: Result<Superblock>) -> Result<(us
         }),
         (Ok(a), Err(_)) => Ok((0, a)),
         (Err(_), Ok(b)) => Ok((1, b)),
-        // A volume of another format says so, rather than "corrupt".
-        (Err(e @ StoreError::Format { .. }), Err(_))
-        | (Err(_), Err(e @ StoreError::Format { .. })) => Err(e),
         (Err(ea), Err(eb)) => Err(StoreError::corrupt(format!(
             "no valid superblock ({ea}; {eb})"
         ))),

@@ -177,6 +177,16 @@ fn a_volume_of_an_older_or_newer_format_is_refused_with_a_message_that_says_why(
             "{msg}"
         );
     }
+    // One slot of another format (an upgrade half made by another build): refused too, not
+    // rolled back to the other slot.
+    let mut one = img.clone();
+    let newer = as_format(&img, bs as usize, iris_store::FORMAT_VERSION + 1);
+    one[..512].copy_from_slice(&newer[..512]);
+    let (_sim, r) = reopen_image(&one, 7);
+    assert!(
+        matches!(r, Err(iris_store::StoreError::Format { .. })),
+        "one slot of another format opened"
+    );
     // The same image at the current version opens: only the version was refused.
     let (_sim, r) = reopen_image(&as_format(&img, bs as usize, iris_store::FORMAT_VERSION), 7);
     assert!(r.is_ok());
