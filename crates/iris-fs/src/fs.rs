@@ -1219,8 +1219,9 @@ impl Fs {
             let in_block = (off % bs) as usize;
             let end_in_block = in_block + data.len();
             if in_block == 0 && data.len() == bs as usize {
-                // A whole block: no old bytes to keep, so the copy runs outside the lock, and
-                // the inode's size and times follow in the same lock hold as the publish.
+                // A whole block: no old bytes to keep. Copied to a new block, the copy runs
+                // outside the lock; either way the inode's size and times follow in the same
+                // lock hold as the write.
                 let after = Cell::new(None);
                 // A block written since the last commit is overwritten where it is (where the
                 // map says, or, when only a hint says it looks fresh, where the tree says):
@@ -1273,7 +1274,7 @@ impl Fs {
                     patch: size_and_times(ino, end, now, &after),
                     sync_expected,
                 };
-                let k = key(ino, Kind::Data, first);
+                let k = data_key;
                 if first > 0 && off >= inode.size && inode.size <= first * bs {
                     // The first bytes of a new last block of a file that already fills one: out
                     // of line from the start, so that the appends that follow go into its tail

@@ -549,6 +549,29 @@ impl Inner {
         Ok(overwrite::lock_partitions(self, held)?.map(InPlaceLocks::Many))
     }
 
+    /// Run `attempt(held, then)` under the locks of the partitions in `held`: those
+    /// [`in_place_partitions`] names, and once more with the patched key's too when the first
+    /// attempt says the patch needs it. The locks are released when this returns; `No` when
+    /// none could be taken (a repair is due).
+    fn in_place<F>(
+        &self,
+        p: u64,
+        key: Key,
+        then: &mut Option<ThenPatch<F>>,
+        mut attempt: impl FnMut(u64, &mut Option<ThenPatch<F>>) -> Result<InPlaceOutcome>,
+    ) -> Result<InPlaceOutcome> {
+        let (mut held, patch_bit) = in_place_partitions(key, then);
+        loop {
+            let Some(_locks) = self.lock_in_place(p, key, held)? else {
+                return Ok(InPlaceOutcome::No);
+            };
+            match attempt(held, then)? {
+                InPlaceOutcome::NeedsPatchPartition if held & patch_bit == 0 => held |= patch_bit,
+                outcome => return Ok(outcome),
+            }
+        }
+    }
+
     /// [`Inner::lock_partition`] if the lock is free now; `None` (nothing held) if not.
     fn try_lock_partition(&self, p: u64) -> Option<Result<Guard<'_>>> {
         volume_lock::try_lock(&self.header, p).map(|got| self.partition_guard(p, got))
@@ -1229,16 +1252,10 @@ impl Store {
         );
         inner.latency.on_write(1);
         let mut then = then;
-        let (mut held, patch_bit) = in_place_partitions(key, &then);
-        loop {
-            let Some(_locks) = inner.lock_in_place(p, key, held)? else {
-                break;
-            };
-            match Self::publish_in_place(inner, p, held, key, block, len, slot, &mut then)? {
-                InPlaceOutcome::Done(done) => return Ok(done),
-                InPlaceOutcome::NeedsPatchPartition if held & patch_bit == 0 => held |= patch_bit,
-                _ => break,
-            }
+        if let InPlaceOutcome::Done(done) = inner.in_place(p, key, &mut then, |held, then| {
+            Self::publish_in_place(inner, p, held, key, block, len, slot, then)
+        })? {
+            return Ok(done);
         }
         let g = inner.lock()?;
         inner.alloc.readers().unreserve(slot);
@@ -1513,24 +1530,15 @@ impl Store {
             }
         }
         let p = partition_of(key);
-        let (mut held, patch_bit) = in_place_partitions(key, &then);
         let mut then = then;
-        loop {
-            let Some(_locks) = inner.lock_in_place(p, key, held)? else {
-                return Ok(None);
-            };
-            match Self::write_in_place_held(inner, p, held, key, offset, data, &mut then, known)? {
-                InPlaceOutcome::Done(done) => return Ok(Some(done)),
-                InPlaceOutcome::NeedsPatchPartition if held & patch_bit == 0 => held |= patch_bit,
-                InPlaceOutcome::NeedsPatchPartition => return Ok(None),
-                InPlaceOutcome::No => return Ok(None),
-                InPlaceOutcome::PastEnd => {
-                    // Past the value's end (a file extended, then written in order): an append
-                    // into the block's tail, which takes its own locks.
-                    drop(_locks);
-                    return self.append_in_place(key, offset, data, then);
-                }
-            }
+        match inner.in_place(p, key, &mut then, |held, then| {
+            Self::write_in_place_held(inner, p, held, key, offset, data, then, known)
+        })? {
+            InPlaceOutcome::Done(done) => Ok(Some(done)),
+            // Past the value's end (a file extended, then written in order): an append into the
+            // block's tail, which takes its own locks.
+            InPlaceOutcome::PastEnd => self.append_in_place(key, offset, data, then),
+            InPlaceOutcome::NeedsPatchPartition | InPlaceOutcome::No => Ok(None),
         }
     }
 
