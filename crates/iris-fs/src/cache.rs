@@ -175,6 +175,15 @@ const REF_BITS: u32 = 64 - EPOCH_BITS;
 const CHUNK_WORDS: u64 = 4096;
 /// Chunks per file: blocks past `CHUNKS * CHUNK_WORDS` are not cached (8 GiB at 4 KiB).
 const CHUNKS: usize = 512;
+/// File blocks per run word (see [`FileCache::predict`]).
+const RUN_BLOCKS: u64 = 64;
+/// Run words per map (a power of two): groups further apart share one (256 MiB of file at
+/// 4 KiB blocks before two do; a shared word only predicts less often).
+const RUNS: usize = 1024;
+/// Words of a chunk.
+const CHUNK_LEN: usize = CHUNK_WORDS as usize;
+/// The bit of a run word that says two looks agreed on it.
+const RUN_CONFIRMED: u64 = 1;
 
 /// The block map of one inode in this process: for each file block, where its data block was
 /// found, tagged with the epoch in force then. `state` maps the inode's current change stamp to
@@ -182,6 +191,11 @@ const CHUNKS: usize = 512;
 /// block suffices; when the epoch wraps, every word becomes a hint. A word of epoch 0 is only a hint of
 /// where the block was last seen (`FileCache::last_seen`): no epoch is 0, so it never answers a
 /// lookup.
+///
+/// Beside the words, the map keeps one *run word* per 64 file blocks: how far from the file's
+/// block number the group's data blocks were last seen to lie. A file laid out in order lies in
+/// long runs, so the run word names where a block is likely to be before its own map word is
+/// loaded, and a read starts both loads at once (see [`FileCache::predict`]; only ever a hint).
 ///
 /// Fills and epoch moves take the `advance` lock (tried, never waited for), and a fill stores
 /// only while the state is the one its lookup began in: a fill that raced a move, or a wrap and
@@ -194,10 +208,12 @@ pub struct FileCache {
     state: AtomicU64,
     /// Serializes fills and moves to a new epoch.
     advance: Mutex<()>,
-    /// Chunks of `CHUNK_WORDS` words, allocated on first use and installed by one
+    /// Chunks of `CHUNK_LEN` words, allocated on first use and installed by one
     /// compare-exchange (never a lock: a child forked while a thread of its parent was
     /// allocating one must not wait for it), freed with the map.
     chunks: Box<[AtomicPtr<AtomicU64>]>,
+    /// Run words, by group of `RUN_BLOCKS` file blocks modulo `RUNS`.
+    runs: Box<[AtomicU64]>,
 }
 
 /// An epoch of a [`FileCache`]: the state it was read in (its stamp and epoch number).
@@ -213,6 +229,7 @@ impl FileCache {
             chunks: (0..CHUNKS)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
+            runs: (0..RUNS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -302,6 +319,37 @@ impl FileCache {
         Some(&chunk[(block % CHUNK_WORDS) as usize])
     }
 
+    /// Where file block `block` probably lives, from its group's run word, if two looks at
+    /// blocks of the group agreed on it (`len`: the length to assume, a whole block's). Only a
+    /// hint for prefetching: nothing is checked, and the block may never have lived there.
+    #[inline]
+    pub(crate) fn predict(&self, block: u64, len: u32) -> Option<BlockRef> {
+        let run = self.runs[run_index(block)].load(Ordering::Relaxed);
+        if run & RUN_CONFIRMED == 0 {
+            return None;
+        }
+        let delta = ((run as i64) >> 1) as u64;
+        Some(BlockRef::new(block.wrapping_add(delta), len))
+    }
+
+    /// Note that file block `block` was seen at volume block `at` in its group's run word:
+    /// confirmed when it agrees with the word's last look, else the word's new (unconfirmed)
+    /// distance. Written only when it changes, so readers of a settled file share its line.
+    #[inline]
+    fn note_run(&self, block: u64, at: u64) {
+        let run = &self.runs[run_index(block)];
+        let seen = at.wrapping_sub(block) << 1;
+        let old = run.load(Ordering::Relaxed);
+        let new = if old & !RUN_CONFIRMED == seen {
+            seen | RUN_CONFIRMED
+        } else {
+            seen
+        };
+        if new != old {
+            run.store(new, Ordering::Relaxed);
+        }
+    }
+
     /// Start loading the map word of file block `block` into the cache, so that the miss overlaps
     /// the work a read does before it looks (a hint: no effect on what is read).
     #[inline]
@@ -345,7 +393,8 @@ impl FileCache {
         }
     }
 
-    /// The packed location and the word of `block` (allocating its chunk), if it fits.
+    /// The packed location and the word of `block` (allocating its chunk), if it fits; the
+    /// location is noted in the group's run word too.
     fn slot(&self, block: u64, at: BlockRef) -> Option<(u64, &AtomicU64)> {
         let packed = at.pack();
         if packed >> REF_BITS != 0 {
@@ -356,7 +405,7 @@ impl FileCache {
             Some(chunk) => chunk,
             None => {
                 let cell = self.chunks.get(c)?;
-                let fresh: Box<[AtomicU64]> = (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect();
+                let fresh: Box<[AtomicU64]> = (0..CHUNK_LEN).map(|_| AtomicU64::new(0)).collect();
                 let ptr = Box::into_raw(fresh).cast::<AtomicU64>();
                 if let Err(_other) = cell.compare_exchange(
                     std::ptr::null_mut(),
@@ -364,18 +413,16 @@ impl FileCache {
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
-                    // SAFETY: `ptr` came from Box::into_raw of a slice of CHUNK_WORDS words
+                    // SAFETY: `ptr` came from Box::into_raw of a slice of CHUNK_LEN words
                     // just above and was never shared (the exchange failed).
                     drop(unsafe {
-                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                            ptr,
-                            CHUNK_WORDS as usize,
-                        ))
+                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, CHUNK_LEN))
                     });
                 }
                 self.chunk(c)?
             }
         };
+        self.note_run(block, at.block());
         Some((packed, &chunk[(block % CHUNK_WORDS) as usize]))
     }
 
@@ -383,9 +430,9 @@ impl FileCache {
     #[inline]
     fn chunk(&self, c: usize) -> Option<&[AtomicU64]> {
         let ptr = self.chunks.get(c)?.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer is a chunk of CHUNK_WORDS words installed by `slot` and
+        // SAFETY: a non-null pointer is a chunk of CHUNK_LEN words installed by `slot` and
         // freed only when the map drops, which outlives `&self`.
-        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, CHUNK_WORDS as usize) })
+        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, CHUNK_LEN) })
     }
 }
 
@@ -394,17 +441,18 @@ impl Drop for FileCache {
         for cell in self.chunks.iter() {
             let ptr = cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !ptr.is_null() {
-                // SAFETY: installed by `slot` from Box::into_raw of a slice of CHUNK_WORDS
+                // SAFETY: installed by `slot` from Box::into_raw of a slice of CHUNK_LEN
                 // words; `&mut self` means nobody else holds it now.
-                drop(unsafe {
-                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                        ptr,
-                        CHUNK_WORDS as usize,
-                    ))
-                });
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, CHUNK_LEN)) });
             }
         }
     }
+}
+
+/// The index of file block `block`'s run word.
+#[inline]
+fn run_index(block: u64) -> usize {
+    (block / RUN_BLOCKS) as usize & (RUNS - 1)
 }
 
 /// The bits of a change stamp a state keeps.
@@ -462,6 +510,33 @@ mod tests {
         c.epoch(11).expect("next epoch");
         assert_eq!(c.peek(3), None, "a word of an older epoch is no hint");
         assert_eq!(c.peek(CHUNK_WORDS * CHUNKS as u64 + 1), None, "far blocks");
+    }
+
+    #[test]
+    fn a_run_is_predicted_once_two_blocks_of_its_group_agree() {
+        let c = FileCache::new(7);
+        let e = c.epoch(10).expect("epoch");
+        assert_eq!(c.predict(5, 4096), None, "nothing seen yet");
+        // Blocks 0..64 of the file lie at volume blocks 1000.. (a file written in order).
+        c.put(0, e, at(1000));
+        assert_eq!(c.predict(5, 4096), None, "one look is not a run");
+        c.hint(1, at(1001));
+        assert_eq!(c.predict(5, 4096), Some(at(1005)), "two looks agree");
+        assert_eq!(c.predict(63, 4096), Some(at(1063)));
+        assert_eq!(c.predict(64, 4096), None, "another group");
+        // Below the file's block number (a volume block smaller than the file block).
+        c.put(64 + 9, e, at(10));
+        c.put(64 + 10, e, at(11));
+        assert_eq!(c.predict(64, 4096), Some(at(1)));
+        // A block copied elsewhere unsettles its group until two looks agree again.
+        c.hint(2, at(5000));
+        assert_eq!(c.predict(5, 4096), None, "a block seen elsewhere");
+        c.hint(3, at(5001));
+        assert_eq!(c.predict(5, 4096), Some(at(5003)));
+        // Runs survive epoch moves and wraps (they are hints, never answers).
+        c.epoch(11).expect("next epoch");
+        assert_eq!(c.predict(5, 4096), Some(at(5003)));
+        assert_eq!(c.get(3, c.epoch(11).expect("epoch")), None);
     }
 
     #[test]

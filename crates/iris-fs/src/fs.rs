@@ -829,13 +829,18 @@ impl Fs {
     /// [`Fs::read_unless_shadowed`] through the block map of an open file.
     pub fn read_file(&self, file: &FileCache, off: u64, buf: &mut [u8]) -> FsResult<Option<usize>> {
         let block = off >> self.block_size.trailing_zeros();
-        // Where the block was last seen: its bytes start on their way from memory while the
-        // read section, stamps and marks are checked (the map says where, after them).
+        let in_block = (off & (self.block_size - 1)) as usize;
+        // Where the block probably is (its run of the file, see `FileCache::predict`): its
+        // bytes start on their way from memory at once, beside the map word's own miss; then
+        // where the map word says it was last seen, if elsewhere. The stamps and marks are
+        // checked meanwhile (the map says where, after them).
+        let predicted = file.predict(block, self.block_size as u32);
+        if let Some(p) = predicted {
+            self.store.prefetch_bytes(p, in_block, buf.len());
+        }
         match file.peek(block) {
-            Some(at) => {
-                let in_block = (off & (self.block_size - 1)) as usize;
-                self.store.prefetch_bytes(at, in_block, buf.len());
-            }
+            Some(at) if predicted.is_some_and(|p| p.block() == at.block()) => {}
+            Some(at) => self.store.prefetch_bytes(at, in_block, buf.len()),
             None => file.prefetch(block),
         }
         if let Some(n) = self.read_known(file, off, buf) {

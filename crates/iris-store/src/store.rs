@@ -219,6 +219,17 @@ impl BlockRef {
         })
     }
 
+    /// The location of a value of `len` bytes at volume block `block`, as a caller guesses it
+    /// (for [`Store::prefetch_bytes`]: nothing reads through a guessed location).
+    pub fn new(block: u64, len: u32) -> BlockRef {
+        BlockRef { block, len }
+    }
+
+    /// The volume block the value starts at.
+    pub fn block(self) -> u64 {
+        self.block
+    }
+
     /// Length of the value in bytes.
     pub fn len(self) -> usize {
         self.len as usize
