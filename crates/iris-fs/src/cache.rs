@@ -195,7 +195,7 @@ const RUN_CONFIRMED: u64 = 1;
 /// Beside the words, the map keeps one *run word* per 64 file blocks: how far from the file's
 /// block number the group's data blocks were last seen to lie. A file laid out in order lies in
 /// long runs, so the run word names where a block is likely to be before its own map word is
-/// loaded, and a read starts both loads at once (see [`FileCache::predict`]; only ever a hint).
+/// loaded, and a read starts both loads at once (see `FileCache::predict`; only ever a hint).
 ///
 /// Fills and epoch moves take the `advance` lock (tried, never waited for), and a fill stores
 /// only while the state is the one its lookup began in: a fill that raced a move, or a wrap and

@@ -1,0 +1,500 @@
+//! Writing a file's bytes. A one-block write is two single-record updates, data first, then the
+//! inode's size and times (in the same hold of the locks): a crash in between leaves the old
+//! size, so the write is absent, never torn. The block is changed where it is when it was
+//! written since the last commit (found from the open file's block map when it knows it), else
+//! copied to a new block. Several blocks: rewritten under their partitions' locks when all were
+//! written since the last commit, else one transaction. An `O_APPEND` write reads the size and
+//! writes in one transaction, so appenders never interleave.
+
+use std::cell::Cell;
+
+use iris_store::{BlockPut, BlockRef, Key, Known, Store, ThenPatch};
+
+use crate::cache::FileCache;
+use crate::errno::{Errno, FsResult};
+use crate::inode::{self, now_ns, Inode};
+use crate::keys::{key, Kind, MAX_OFFSET};
+
+use super::{get_inode_tx, put_inode_tx, store_err, Fs};
+
+/// The inode patch of a write ending at `end` at time `now`: size grown to `end`, both times set,
+/// one more block if the write added its block. The patched record is left in `after`.
+fn size_and_times(
+    ino: u64,
+    end: u64,
+    now: i64,
+    after: &Cell<Option<Inode>>,
+) -> impl FnMut(&[u8], bool, &mut iris_store::Patch) + '_ {
+    move |rec: &[u8], replaced: bool, p: &mut iris_store::Patch| {
+        if let Ok(mut i) = Inode::decode(ino, rec) {
+            i.size = i.size.max(end);
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            p.set(inode::SIZE_OFF, i.size);
+            p.set(inode::MTIME_OFF, now as u64);
+            p.set(inode::CTIME_OFF, now as u64);
+            if !replaced {
+                i.blocks += 1;
+                p.set(inode::BLOCKS_OFF, i.blocks);
+            }
+            after.set(Some(i));
+        }
+    }
+}
+
+/// Where `file`'s map says block `block` (key `k`) is: known at the data's change stamp now (a
+/// location a write may trust, checked again under the store's lock), and where it was last seen
+/// (that location, or a hint from an older epoch).
+fn block_location(
+    store: &Store,
+    file: &FileCache,
+    block: u64,
+    k: Key,
+) -> (Option<Known>, Option<BlockRef>) {
+    let stamp = store.change_stamp(k);
+    let known = file
+        .epoch_now(stamp)
+        .and_then(|e| file.get(block, e))
+        .map(|at| Known { stamp, at });
+    (known, known.map(|k| k.at).or_else(|| file.last_seen(block)))
+}
+
+impl Fs {
+    /// The inode a one-block write to `ino` ending at `end` at time `now` starts from, and the
+    /// change stamp under which its patch may be skipped: times move at the clock's coarse tick,
+    /// as the kernel's do, so within one tick a write that does not extend the file leaves the
+    /// inode as it is (no second lookup), provided nothing changed it since it was read (the
+    /// store checks). `None` when the bytes live in a shadow file and `honor_shadow` is set.
+    fn inode_for_write(
+        &self,
+        ino: u64,
+        end: u64,
+        now: i64,
+        honor_shadow: bool,
+    ) -> FsResult<Option<(Inode, Option<u64>)>> {
+        // The cache first, outside a read section (entering one costs two full barriers): a
+        // hit at the stamp read now is what a lookup would return.
+        let now_stamp = self.store.change_stamp(key(ino, Kind::Inode, 0));
+        let (stamp, inode) = match self.caches.inode(ino, now_stamp) {
+            Some(i) => (now_stamp, i),
+            None => {
+                let (stamp, inode) = self
+                    .store
+                    .read(|v| {
+                        let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
+                        Ok((stamp, self.inode_at(v, ino, stamp)))
+                    })
+                    .map_err(store_err)?;
+                (stamp, inode?)
+            }
+        };
+        if honor_shadow && inode.is_shadowed() {
+            return Ok(None);
+        }
+        let unchanged = inode.size >= end && inode.mtime_ns == now && inode.ctime_ns == now;
+        Ok(Some((inode, unchanged.then_some(stamp))))
+    }
+
+    /// After a write: the inode record as it is now, into the cache, when the store says the
+    /// write knows it exactly (`put.patched_stamp`, the inode's stamp right after the write).
+    /// The record is what the patch last computed (`after`), or, when the patch was skipped
+    /// without looking, `before`.
+    fn refresh_inode_after(&self, before: &Inode, put: &BlockPut, after: Option<Inode>) {
+        if let Some(stamp) = put.patched_stamp {
+            self.caches
+                .put_inode(after.as_ref().unwrap_or(before), stamp);
+        }
+    }
+
+    /// A write over several blocks of the file that were all written since the last commit:
+    /// holding only the locks of their partitions (see `Store::overwrite_blocks`), with the
+    /// size and times patched in the same hold. `None` when it does not apply (blocks new,
+    /// committed, shorter than the write needs, or too many): the caller takes the general way.
+    fn overwrite_blocks(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        now: i64,
+        honor_shadow: bool,
+    ) -> FsResult<Option<Option<usize>>> {
+        let bs = self.block_size;
+        let end = off + data.len() as u64;
+        let (first, last) = (off / bs, (end - 1) / bs);
+        if (last - first + 1) as usize > self.store.overwrite_max_blocks() {
+            return Ok(None);
+        }
+        let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
+            return Ok(Some(None));
+        };
+        let keys: Vec<Key> = (first..=last).map(|b| key(ino, Kind::Data, b)).collect();
+        // The part of block `first + i` this write covers: (offset in the block, bytes of data).
+        let span = |i: usize| {
+            let bstart = (first + i as u64) * bs;
+            let from = off.max(bstart);
+            let to = end.min(bstart + bs);
+            (
+                (from - bstart) as usize,
+                &data[(from - off) as usize..(to - off) as usize],
+            )
+        };
+        let after = Cell::new(None);
+        let put = self
+            .store
+            .overwrite_blocks(
+                &keys,
+                |i, len| {
+                    let (at, src) = span(i);
+                    at + src.len() <= len as usize
+                },
+                |i, old, out| {
+                    let (at, src) = span(i);
+                    if at == 0 && src.len() == out.len() {
+                        iris_store::copy_streaming(out, src);
+                    } else {
+                        out.copy_from_slice(old);
+                        out[at..at + src.len()].copy_from_slice(src);
+                    }
+                },
+                Some(ThenPatch {
+                    key: key(ino, Kind::Inode, 0),
+                    unless_unchanged_since: skip,
+                    patch: size_and_times(ino, end, now, &after),
+                    // (An overwrite holds only its partitions' locks: it cannot commit.)
+                    sync_expected: false,
+                }),
+            )
+            .map_err(store_err)?;
+        let Some(put) = put else {
+            return Ok(None);
+        };
+        if !put.found {
+            return Err(Errno::ENOENT);
+        }
+        self.refresh_inode_after(&inode, &put, after.get());
+        Ok(Some(Some(data.len())))
+    }
+
+    /// [`Fs::write`], or `None` (nothing written) when the file's bytes live in a shadow file.
+    pub fn write_unless_shadowed(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+    ) -> FsResult<Option<usize>> {
+        self.write_impl(ino, off, data, true, None)
+    }
+
+    /// [`Fs::write_unless_shadowed`] through the block map of an open file: a one-block write
+    /// over a block the map knows, written since the last commit, goes where the block is
+    /// without a look at the tree (see `Store::write_in_place`).
+    pub fn write_file(&self, file: &FileCache, off: u64, data: &[u8]) -> FsResult<Option<usize>> {
+        self.write_impl(file.ino(), off, data, true, Some(file))
+    }
+
+    /// Write `data` at `off`; returns bytes written. Extends the file as needed.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
+        Ok(self.write_impl(ino, off, data, false, None)?.unwrap_or(0))
+    }
+
+    /// The write; with `honor_shadow`, `None` (nothing written) when the bytes live in a shadow
+    /// file. The shadow flag is read in the same read section the write needs anyway.
+    fn write_impl(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        honor_shadow: bool,
+        file: Option<&FileCache>,
+    ) -> FsResult<Option<usize>> {
+        if honor_shadow && data.is_empty() {
+            return Ok(if self.getattr(ino)?.is_shadowed() {
+                None
+            } else {
+                Some(0)
+            });
+        }
+        if data.is_empty() {
+            return Ok(Some(0));
+        }
+        let bs = self.block_size;
+        let end = off.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end / bs > MAX_OFFSET {
+            return Err(Errno::EFBIG);
+        }
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        // Where the block is (the file's map word, else the leaf) is needed first: let the
+        // misses overlap the clock and the inode.
+        if let Some(f) = file {
+            f.prefetch(first);
+        }
+        self.store.prefetch_location(key(ino, Kind::Data, first));
+        let now = now_ns();
+        let sync_expected = self.sync_hints.take(ino);
+        let data_key = key(ino, Kind::Data, first);
+        if first == last {
+            let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
+                return Ok(None);
+            };
+            // Where the file's map says the block is: `known` at the data's stamp now, else
+            // where it was last seen (a hint).
+            let (known, seen) = match file {
+                Some(f) => block_location(&self.store, f, first, data_key),
+                None => (None, None),
+            };
+            // After a write in place: the block's location into the map (unless it holds it).
+            let remember = |put: &BlockPut| {
+                if let (Some(f), Some((stamp, at))) = (file, put.located) {
+                    if known != Some(Known { stamp, at }) {
+                        if let Some(e) = f.epoch(stamp) {
+                            f.put(first, e, at);
+                        }
+                    }
+                }
+            };
+            // One block: data, then size and times (see the module doc for why this order).
+            let in_block = (off % bs) as usize;
+            let end_in_block = in_block + data.len();
+            if in_block == 0 && data.len() == bs as usize {
+                // A whole block: no old bytes to keep. Copied to a new block, the copy runs
+                // outside the lock; either way the inode's size and times follow in the same
+                // lock hold as the write.
+                let after = Cell::new(None);
+                // A block written since the last commit is overwritten where it is (where the
+                // map says, or, when only a hint says it looks fresh, where the tree says):
+                // no new block to fill and publish. A committed one is copied.
+                if !sync_expected && seen.is_some_and(|at| self.store.looks_fresh(at)) {
+                    let then = ThenPatch {
+                        key: key(ino, Kind::Inode, 0),
+                        unless_unchanged_since: skip,
+                        patch: size_and_times(ino, end, now, &after),
+                        sync_expected,
+                    };
+                    if let Some(put) =
+                        self.store
+                            .write_in_place(data_key, 0, data, Some(then), known)?
+                    {
+                        remember(&put);
+                        self.refresh_inode_after(&inode, &put, after.get());
+                        return Ok(Some(data.len()));
+                    }
+                }
+                let put = self
+                    .store
+                    .put_block_then_patch(
+                        key(ino, Kind::Data, first),
+                        data.len(),
+                        |out| iris_store::copy_streaming(out, data),
+                        Some(ThenPatch {
+                            key: key(ino, Kind::Inode, 0),
+                            unless_unchanged_since: skip,
+                            patch: size_and_times(ino, end, now, &after),
+                            sync_expected,
+                        }),
+                    )
+                    .map_err(store_err)?;
+                if !put.found {
+                    return Err(Errno::ENOENT);
+                }
+                if let (Some(f), Some((_, at))) = (file, put.located) {
+                    f.hint(first, at);
+                }
+                self.refresh_inode_after(&inode, &put, after.get());
+                return Ok(Some(data.len()));
+            } else {
+                // A small write into a block written since the last commit lands where it is;
+                // one at the end of the file, into the block's unused tail.
+                let after = Cell::new(None);
+                let then = || ThenPatch {
+                    key: key(ino, Kind::Inode, 0),
+                    unless_unchanged_since: skip,
+                    patch: size_and_times(ino, end, now, &after),
+                    sync_expected,
+                };
+                let k = data_key;
+                if first > 0 && off >= inode.size && inode.size <= first * bs {
+                    // The first bytes of a new last block of a file that already fills one: out
+                    // of line from the start, so that the appends that follow go into its tail
+                    // in place. Only if the block is still absent (checked under the lock).
+                    let fill = |out: &mut [u8]| {
+                        out[..in_block].fill(0);
+                        out[in_block..].copy_from_slice(data);
+                    };
+                    let grown = self
+                        .store
+                        .insert_growing_then_patch(k, end_in_block, fill, then())
+                        .map_err(store_err)?;
+                    if let Some(put) = grown {
+                        if !put.found {
+                            return Err(Errno::ENOENT);
+                        }
+                        self.refresh_inode_after(&inode, &put, after.get());
+                        return Ok(Some(data.len()));
+                    }
+                }
+                // (Inside the file but past the end of its block's value, as in a file extended
+                // by truncate or fallocate and written in order, `write_in_place` appends too.)
+                // A sync follows (see `sync_hint`): the last commit is likely recent and the
+                // block committed, so the write copies it under every lock; no attempt first.
+                let done = if sync_expected {
+                    None
+                } else if off >= inode.size && inode.size > first * bs {
+                    self.store
+                        .append_in_place(k, in_block, data, Some(then()))?
+                } else {
+                    self.store
+                        .write_in_place(k, in_block, data, Some(then()), known)?
+                };
+                if let Some(put) = done {
+                    remember(&put);
+                    self.refresh_inode_after(&inode, &put, after.get());
+                    return Ok(Some(data.len()));
+                }
+                // Copied (a committed block, or a new one): the size and times in the same
+                // hold of the locks, skipped as for the writes above.
+                let put = self
+                    .store
+                    .put_sized_then_patch(
+                        k,
+                        |old_len| old_len.unwrap_or(0).max(end_in_block),
+                        |old, out| {
+                            let have = old.map_or(0, |o| o.len().min(out.len()));
+                            match old {
+                                // The write covers all the old bytes: nothing to keep.
+                                Some(_) if in_block == 0 && end_in_block >= have => {}
+                                Some(o) => out[..have].copy_from_slice(&o[..have]),
+                                None => {}
+                            }
+                            if in_block > have {
+                                out[have..in_block].fill(0);
+                            }
+                            out[in_block..end_in_block].copy_from_slice(data);
+                        },
+                        Some(then()),
+                    )
+                    .map_err(store_err)?;
+                if !put.found {
+                    return Err(Errno::ENOENT);
+                }
+                return Ok(Some(data.len()));
+            }
+        }
+        if let Some(done) = self.overwrite_blocks(ino, off, data, now, honor_shadow)? {
+            return Ok(done);
+        }
+        // The blocks this write covers whole are copied before the transaction, outside every
+        // lock: it then holds them only for its walk down the tree.
+        let first_whole = off.div_ceil(bs);
+        let whole = (end / bs).saturating_sub(first_whole);
+        let prepared = if whole >= 2 {
+            self.store
+                .prepare_blocks(whole as usize, |j, out| {
+                    let from = ((first_whole + j as u64) * bs - off) as usize;
+                    iris_store::copy_streaming(out, &data[from..from + out.len()]);
+                })
+                .map_err(store_err)?
+        } else {
+            None
+        };
+        let written = self.tx(|tx| {
+            let mut i = get_inode_tx(tx, ino)?;
+            if honor_shadow && i.is_shadowed() {
+                return Ok(false);
+            }
+            let mut added = 0u64;
+            for block in first..=last {
+                let bstart = block * bs;
+                let from = off.max(bstart);
+                let to = end.min(bstart + bs);
+                let in_block = (from - bstart) as usize;
+                let src = &data[(from - off) as usize..(to - off) as usize];
+                let k = key(ino, Kind::Data, block);
+                if in_block == 0 && src.len() == bs as usize {
+                    let j = (block - first_whole) as usize;
+                    let put = match &prepared {
+                        Some(p) if j < p.len() => tx.put_prepared(k, p, j)?,
+                        _ => None,
+                    };
+                    let replaced = match put {
+                        Some(replaced) => replaced,
+                        // Not prepared (or freed by an aborted attempt): copied here.
+                        None => tx.put(k, src)?,
+                    };
+                    if !replaced {
+                        added += 1;
+                    }
+                } else {
+                    let old_len = tx.get_with(k, |v| v.len())?;
+                    if old_len.is_none() {
+                        added += 1;
+                    }
+                    let new_len = old_len.unwrap_or(0).max(in_block + src.len());
+                    let fill = |old: Option<&[u8]>, out: &mut [u8]| {
+                        let have = old.map_or(0, |o| o.len().min(new_len));
+                        if let Some(o) = old {
+                            out[..have].copy_from_slice(&o[..have]);
+                        }
+                        out[have..].fill(0);
+                        out[in_block..in_block + src.len()].copy_from_slice(src);
+                    };
+                    if old_len.is_none() && block > 0 && block == last && bstart >= i.size {
+                        // A new last block: out of line, so the appends that follow go into
+                        // its tail in place (see the one-block case above).
+                        tx.put_growing_with(k, new_len, fill)?;
+                    } else {
+                        tx.put_with(k, new_len, fill)?;
+                    }
+                }
+            }
+            i.size = i.size.max(end);
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            i.blocks += added;
+            put_inode_tx(tx, &i)?;
+            Ok(true)
+        })?;
+        Ok(written.then_some(data.len()))
+    }
+
+    /// Append `data` atomically at the end of file: returns the offset written at.
+    pub fn append(&self, ino: u64, data: &[u8]) -> FsResult<u64> {
+        // The size read and the write must not interleave with another appender: one transaction.
+        let bs = self.block_size;
+        let now = now_ns();
+        self.tx(|tx| {
+            let mut i = get_inode_tx(tx, ino)?;
+            let off = i.size;
+            let end = off + data.len() as u64;
+            if data.is_empty() {
+                return Ok(off);
+            }
+            for block in off / bs..=(end - 1) / bs {
+                let bstart = block * bs;
+                let from = off.max(bstart);
+                let to = end.min(bstart + bs);
+                let in_block = (from - bstart) as usize;
+                let src = &data[(from - off) as usize..(to - off) as usize];
+                let k = key(ino, Kind::Data, block);
+                let old_len = tx.get_with(k, |v| v.len())?;
+                if old_len.is_none() {
+                    i.blocks += 1;
+                }
+                let new_len = old_len.unwrap_or(0).max(in_block + src.len());
+                tx.put_with(k, new_len, |old, out| {
+                    let have = old.map_or(0, |o| o.len().min(new_len));
+                    if let Some(o) = old {
+                        out[..have].copy_from_slice(&o[..have]);
+                    }
+                    out[have..].fill(0);
+                    out[in_block..in_block + src.len()].copy_from_slice(src);
+                })?;
+            }
+            i.size = end;
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            put_inode_tx(tx, &i)?;
+            Ok(off)
+        })
+    }
+}
