@@ -281,6 +281,9 @@ creat_fn!(creat64, creat64);
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fdtable::is_iris(fd) {
+        fdtable::blank_placeholder(fd);
+    }
     let was_iris = match fdtable::remove(fd) {
         Some(file) => {
             count(Call::Close);
@@ -443,7 +446,7 @@ unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    match fdtable::get(fd) {
+    match fdtable::borrow(fd) {
         // SAFETY: the caller passes a buffer of n bytes.
         Some(f) => read_at_offset(&f, unsafe { slice_mut(buf, n) }),
         // SAFETY: forwarding.
@@ -458,7 +461,7 @@ pub unsafe extern "C" fn __read_chk(
     n: size_t,
     buflen: size_t,
 ) -> ssize_t {
-    match fdtable::get(fd) {
+    match fdtable::borrow(fd) {
         Some(f) => {
             if n > buflen {
                 // SAFETY: what glibc's checker does on overflow.
@@ -474,7 +477,7 @@ pub unsafe extern "C" fn __read_chk(
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match fdtable::get(fd) {
+    match fdtable::borrow(fd) {
         // SAFETY: the caller passes a buffer of n bytes.
         Some(f) => write_at_offset(&f, unsafe { slice(buf, n) }),
         // SAFETY: forwarding.
@@ -491,7 +494,7 @@ macro_rules! pread_fn {
             n: size_t,
             off: $off,
         ) -> ssize_t {
-            match fdtable::get(fd) {
+            match fdtable::borrow(fd) {
                 // SAFETY: the caller passes a buffer of n bytes.
                 Some(f) => pread_file(&f, unsafe { slice_mut(buf, n) }, off as i64),
                 // SAFETY: forwarding.
@@ -513,7 +516,7 @@ macro_rules! pread_chk_fn {
             off: $off,
             buflen: size_t,
         ) -> ssize_t {
-            match fdtable::get(fd) {
+            match fdtable::borrow(fd) {
                 Some(f) => {
                     if n > buflen {
                         // SAFETY: what glibc's checker does on overflow.
@@ -540,7 +543,7 @@ macro_rules! pwrite_fn {
             n: size_t,
             off: $off,
         ) -> ssize_t {
-            match fdtable::get(fd) {
+            match fdtable::borrow(fd) {
                 // SAFETY: the caller passes a buffer of n bytes.
                 Some(f) => pwrite_file(&f, unsafe { slice(buf, n) }, off as i64),
                 // SAFETY: forwarding.
@@ -605,7 +608,7 @@ unsafe fn iov_total(iov: *const libc::iovec, n: c_int) -> Option<usize> {
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    let Some(f) = fdtable::get(fd) else {
+    let Some(f) = fdtable::borrow(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::readv(fd, iov, n) };
     };
@@ -624,7 +627,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    let Some(f) = fdtable::get(fd) else {
+    let Some(f) = fdtable::borrow(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::writev(fd, iov, n) };
     };
@@ -642,7 +645,7 @@ pub unsafe extern "C" fn preadv(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    let Some(f) = fdtable::get(fd) else {
+    let Some(f) = fdtable::borrow(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::preadv(fd, iov, n, off) };
     };
@@ -666,7 +669,7 @@ pub unsafe extern "C" fn pwritev(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    let Some(f) = fdtable::get(fd) else {
+    let Some(f) = fdtable::borrow(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::pwritev(fd, iov, n, off) };
     };
@@ -708,7 +711,7 @@ fn seek_file(file: &OpenFile, off: i64, whence: c_int) -> i64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    match fdtable::get(fd) {
+    match fdtable::borrow(fd) {
         Some(f) => seek_file(&f, off, whence),
         // SAFETY: forwarding.
         None => unsafe { real::lseek(fd, off, whence) },
@@ -717,7 +720,7 @@ pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
-    match fdtable::get(fd) {
+    match fdtable::borrow(fd) {
         Some(f) => seek_file(&f, off, whence),
         // SAFETY: forwarding.
         None => unsafe { real::lseek64(fd, off, whence) },
