@@ -493,18 +493,6 @@ fn a_child_forked_while_the_volume_is_being_opened_does_not_hang() {
     v.fsck_clean();
 }
 
-/// Reads racing a close, a reopen of the same number and a dup2 over it (see the program):
-/// never a crash (descriptions are freed after a grace period), never bytes of two files in one
-/// read.
-#[test]
-fn reads_racing_close_and_dup2_of_their_fd_never_crash_or_mix_files() {
-    let v = Volume::new("closerace");
-    let bin = Program::build("close_while_reading", &["-pthread"]);
-    let stdout = v.sh_ok(&format!("timeout 300 {}", bin.0));
-    assert_eq!(stdout, "ok 3000 rounds, reads made\n");
-    v.fsck_clean();
-}
-
 #[test]
 fn execl_execlp_and_execle_keep_iris_in_the_new_image() {
     let v = Volume::new("execlist");

@@ -281,9 +281,6 @@ creat_fn!(creat64, creat64);
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if fdtable::is_iris(fd) {
-        fdtable::blank_placeholder(fd);
-    }
     let was_iris = match fdtable::remove(fd) {
         Some(file) => {
             count(Call::Close);
@@ -446,7 +443,7 @@ unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    match fdtable::borrow(fd) {
+    match fdtable::get(fd) {
         // SAFETY: the caller passes a buffer of n bytes.
         Some(f) => read_at_offset(&f, unsafe { slice_mut(buf, n) }),
         // SAFETY: forwarding.
@@ -461,7 +458,7 @@ pub unsafe extern "C" fn __read_chk(
     n: size_t,
     buflen: size_t,
 ) -> ssize_t {
-    match fdtable::borrow(fd) {
+    match fdtable::get(fd) {
         Some(f) => {
             if n > buflen {
                 // SAFETY: what glibc's checker does on overflow.
@@ -477,7 +474,7 @@ pub unsafe extern "C" fn __read_chk(
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match fdtable::borrow(fd) {
+    match fdtable::get(fd) {
         // SAFETY: the caller passes a buffer of n bytes.
         Some(f) => write_at_offset(&f, unsafe { slice(buf, n) }),
         // SAFETY: forwarding.
@@ -494,7 +491,7 @@ macro_rules! pread_fn {
             n: size_t,
             off: $off,
         ) -> ssize_t {
-            match fdtable::borrow(fd) {
+            match fdtable::get(fd) {
                 // SAFETY: the caller passes a buffer of n bytes.
                 Some(f) => pread_file(&f, unsafe { slice_mut(buf, n) }, off as i64),
                 // SAFETY: forwarding.
@@ -516,7 +513,7 @@ macro_rules! pread_chk_fn {
             off: $off,
             buflen: size_t,
         ) -> ssize_t {
-            match fdtable::borrow(fd) {
+            match fdtable::get(fd) {
                 Some(f) => {
                     if n > buflen {
                         // SAFETY: what glibc's checker does on overflow.
@@ -543,7 +540,7 @@ macro_rules! pwrite_fn {
             n: size_t,
             off: $off,
         ) -> ssize_t {
-            match fdtable::borrow(fd) {
+            match fdtable::get(fd) {
                 // SAFETY: the caller passes a buffer of n bytes.
                 Some(f) => pwrite_file(&f, unsafe { slice(buf, n) }, off as i64),
                 // SAFETY: forwarding.
@@ -608,7 +605,7 @@ unsafe fn iov_total(iov: *const libc::iovec, n: c_int) -> Option<usize> {
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    let Some(f) = fdtable::borrow(fd) else {
+    let Some(f) = fdtable::get(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::readv(fd, iov, n) };
     };
@@ -627,7 +624,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    let Some(f) = fdtable::borrow(fd) else {
+    let Some(f) = fdtable::get(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::writev(fd, iov, n) };
     };
@@ -645,7 +642,7 @@ pub unsafe extern "C" fn preadv(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    let Some(f) = fdtable::borrow(fd) else {
+    let Some(f) = fdtable::get(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::preadv(fd, iov, n, off) };
     };
@@ -669,7 +666,7 @@ pub unsafe extern "C" fn pwritev(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    let Some(f) = fdtable::borrow(fd) else {
+    let Some(f) = fdtable::get(fd) else {
         // SAFETY: forwarding.
         return unsafe { real::pwritev(fd, iov, n, off) };
     };
@@ -711,7 +708,7 @@ fn seek_file(file: &OpenFile, off: i64, whence: c_int) -> i64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    match fdtable::borrow(fd) {
+    match fdtable::get(fd) {
         Some(f) => seek_file(&f, off, whence),
         // SAFETY: forwarding.
         None => unsafe { real::lseek(fd, off, whence) },
@@ -720,7 +717,7 @@ pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
-    match fdtable::borrow(fd) {
+    match fdtable::get(fd) {
         Some(f) => seek_file(&f, off, whence),
         // SAFETY: forwarding.
         None => unsafe { real::lseek64(fd, off, whence) },

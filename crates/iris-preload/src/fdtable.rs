@@ -3,17 +3,12 @@
 //! kernel's, and close, dup2, close-on-exec and inheritance keep working. The table maps the
 //! number to this process's view of the open file description.
 //!
-//! Lookup is one atomic load: no lock, no system call on the hot path. The hot calls borrow the
-//! open file for their length ([`borrow`]: no reference count moves); an entry taken out of the
-//! table is released only after a grace period (see `grace`), so no call still reading through
-//! the table can find it freed.
+//! Lookup is one atomic load: no lock, no system call on the hot path.
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use crate::description::Desc;
-use crate::grace::{self, Section};
 
 /// Highest fd number Iris can serve (higher ones get EMFILE at open).
 pub(crate) const MAX_FDS: usize = 1 << 16;
@@ -88,61 +83,19 @@ fn slot(fd: i32) -> Option<&'static AtomicPtr<OpenFile>> {
     usize::try_from(fd).ok().and_then(|i| TABLE.get(i))
 }
 
-/// The open file behind `fd`, if it is an Iris fd, to keep beyond the call or across a wait
-/// (a lock wait must not hold a [`FileRef`]: a thread closing another fd would wait for it).
+/// The open file behind `fd`, if it is an Iris fd.
 #[inline]
 pub(crate) fn get(fd: i32) -> Option<Arc<OpenFile>> {
-    let s = slot(fd)?;
-    if s.load(Ordering::Relaxed).is_null() {
-        return None;
-    }
-    let _section = Section::enter();
-    let p = s.load(Ordering::Acquire);
+    let p = slot(fd)?.load(Ordering::Acquire);
     if p.is_null() {
         return None;
     }
     // SAFETY: non-null entries come from Arc::into_raw in `install` and keep one strong count
-    // until `remove` or `install` takes them out and a grace period has passed; inside the
-    // section that cannot have happened to `p` yet, so the count added here is on a live Arc.
+    // until `remove` takes them out; we add a count for the caller before using it.
     unsafe {
         Arc::increment_strong_count(p);
         Some(Arc::from_raw(p))
     }
-}
-
-/// The open file behind an Iris fd, borrowed for one call: valid until dropped, which must be
-/// before the call returns or waits for another thread (see `grace`; a signal handler that
-/// closes the fd meanwhile leaks the description rather than free it under the call).
-pub(crate) struct FileRef {
-    file: NonNull<OpenFile>,
-    _section: Section,
-}
-
-impl std::ops::Deref for FileRef {
-    type Target = OpenFile;
-
-    #[inline]
-    fn deref(&self) -> &OpenFile {
-        // SAFETY: loaded from the table inside `_section`: the Arc it came from is released
-        // only after a grace period that waits for this section to end.
-        unsafe { self.file.as_ref() }
-    }
-}
-
-/// The open file behind `fd`, if it is an Iris fd, borrowed for the length of one call (the hot
-/// path: no reference count moves).
-#[inline]
-pub(crate) fn borrow(fd: i32) -> Option<FileRef> {
-    let s = slot(fd)?;
-    if s.load(Ordering::Relaxed).is_null() {
-        return None;
-    }
-    let section = Section::enter();
-    let file = NonNull::new(s.load(Ordering::Acquire))?;
-    Some(FileRef {
-        file,
-        _section: section,
-    })
 }
 
 /// Whether `fd` is an Iris fd (cheap).
@@ -151,66 +104,18 @@ pub(crate) fn is_iris(fd: i32) -> bool {
     slot(fd).is_some_and(|s| !s.load(Ordering::Acquire).is_null())
 }
 
-/// Make `fd` refer to `file`. Returns the description it replaced, if any, once no call can
-/// still be reading it through the table.
+/// Make `fd` refer to `file`. Returns the description it replaced, if any.
 pub(crate) fn install(fd: i32, file: Arc<OpenFile>) -> Option<Arc<OpenFile>> {
     let s = slot(fd)?;
-    // Before the first entry is published: a remover of any entry finds it made.
-    grace::register();
     let old = s.swap(Arc::into_raw(file) as *mut OpenFile, Ordering::AcqRel);
-    retire(old)
+    // SAFETY: a non-null old entry carries the strong count `install` gave it.
+    (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
 }
 
-/// Before an Iris fd is closed: point its number at an `O_PATH` file (one `dup3`), so that a
-/// read or write racing the close, which finds the table entry gone and goes to the kernel,
-/// gets EBADF instead of reaching the description's memfd (the grace period in [`remove`] makes
-/// that window microseconds long). The number stays taken until the caller closes it.
-pub(crate) fn blank_placeholder(fd: i32) {
-    use std::sync::atomic::AtomicI32;
-    static BLANK: AtomicI32 = AtomicI32::new(-1);
-    let mut blank = BLANK.load(Ordering::Acquire);
-    if blank < 0 {
-        // SAFETY: a NUL-terminated path; an O_PATH open touches no memory of ours.
-        let fresh = unsafe {
-            libc::syscall(
-                libc::SYS_openat,
-                libc::AT_FDCWD,
-                c"/".as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC,
-            )
-        } as i32;
-        if fresh < 0 {
-            return;
-        }
-        blank = match BLANK.compare_exchange(-1, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => fresh,
-            Err(other) => {
-                // SAFETY: closing the fd just opened, which lost the race to be kept.
-                unsafe { crate::real::close(fresh) };
-                other
-            }
-        };
-    }
-    // SAFETY: dup3 onto the caller's own fd, which it is closing.
-    unsafe { libc::syscall(libc::SYS_dup3, blank, fd, libc::O_CLOEXEC) };
-}
-
-/// Forget `fd`; returns its description (the caller releases it), once no call can still be
-/// reading it through the table.
+/// Forget `fd`; returns its description (the caller releases it).
 pub(crate) fn remove(fd: i32) -> Option<Arc<OpenFile>> {
     let s = slot(fd)?;
     let old = s.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    retire(old)
-}
-
-/// The Arc behind an entry just taken out of the table, after a grace period; `None` for an
-/// empty entry, or (never expected) when the grace period cannot be known to have passed: then
-/// the description is leaked rather than freed under a reader.
-fn retire(old: *mut OpenFile) -> Option<Arc<OpenFile>> {
-    if old.is_null() || !grace::synchronize() {
-        return None;
-    }
-    // SAFETY: a non-null entry carries the strong count `install` gave it, now ours; the grace
-    // period has passed, so no borrow made through the table outlives it.
-    Some(unsafe { Arc::from_raw(old) })
+    // SAFETY: as in `install`.
+    (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
 }

@@ -32,11 +32,6 @@ extern "C" fn release() {
     crate::state::unlock_after_fork();
 }
 
-extern "C" fn child() {
-    crate::grace::after_fork_in_child();
-    release();
-}
-
 /// Register the handlers (once per process; a child inherits them). Not with a `Once`:
 /// `pthread_atfork` waits while another thread forks, and a child forked then would inherit a
 /// `Once` marked running that nothing finishes, and wait on it for ever.
@@ -44,6 +39,6 @@ pub(crate) fn install() {
     static INSTALLED: AtomicBool = AtomicBool::new(false);
     if !INSTALLED.swap(true, Ordering::AcqRel) {
         // SAFETY: registering plain extern "C" functions.
-        unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
+        unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
     }
 }

@@ -18,7 +18,6 @@ mod exec;
 mod exec_list;
 mod fdtable;
 mod fork;
-mod grace;
 mod inherit;
 mod locks;
 mod mappings;
