@@ -64,9 +64,10 @@ const _: () = assert!(WRITE_GENS + STAMP_BUCKETS * 8 <= crate::layout::HEADER_BY
 const RECENT_FREES: u64 = WRITE_GENS + STAMP_BUCKETS * 8;
 /// Recently freed blocks remembered per partition.
 pub(crate) const RECENT_PER_PARTITION: u64 = 8;
-/// Nonzero while some recently-freed slot may hold a block (its own cache line).
-const RECENT_ANY: u64 = RECENT_FREES + PARTITIONS * RECENT_PER_PARTITION * 8;
-const _: () = assert!(RECENT_ANY + 64 <= crate::layout::HEADER_BYTES);
+/// The mask of recently-freed slots that hold a block, one bit per slot (its own cache line).
+const RECENT_MASK: u64 = RECENT_FREES + PARTITIONS * RECENT_PER_PARTITION * 8;
+const _: () = assert!(PARTITIONS * RECENT_PER_PARTITION <= 64);
+const _: () = assert!(RECENT_MASK + 64 <= crate::layout::HEADER_BYTES);
 /// Per-share counters of used blocks, one cache line each (writers of different partitions
 /// allocate and free without sharing a line); the used count is USED_BLOCKS plus all of them.
 const USED_SHARES: u64 = 6656;
@@ -99,7 +100,7 @@ const _: () = assert!(crate::readers::END_OFF <= CHANGE_STAMPS);
 const _: () = assert!(CHANGE_STAMPS + STAMP_BUCKETS * 8 <= PARTITION_LINES);
 const _: () = assert!(PARTITION_LINES + PARTITIONS * PARTITION_LINE <= LIMBO_LISTS);
 const _: () = assert!(LIMBO_LISTS + PARTITIONS * crate::readers::LIMBO_CAPACITY * 8 <= WRITE_SEQS);
-const _: () = assert!(RECENT_ANY + 64 <= UNDO_RECORDS);
+const _: () = assert!(RECENT_MASK + 64 <= UNDO_RECORDS);
 const _: () = assert!(undo_off(PARTITIONS) <= crate::layout::HEADER_BYTES);
 const _: () = assert!(PART_HINT >= MUTEX_BYTES_USED);
 /// Bytes of a pthread mutex (40 on x86-64 and AArch64 glibc), below the line's other words.
@@ -480,10 +481,12 @@ impl Header {
         )
     }
 
-    /// The word telling whether any recently-freed slot may be filled (see `recent_free`).
+    /// Which recently-freed slots a commit filled: bit `p * RECENT_PER_PARTITION + i` for slot
+    /// `i` of partition `p` (see `recent_free`); a slot whose bit is clear is empty, whatever
+    /// it holds.
     #[inline]
-    pub fn recent_any(&self) -> &std::sync::atomic::AtomicU64 {
-        self.region.atomic_u64(self.off + RECENT_ANY)
+    pub fn recent_mask(&self) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(self.off + RECENT_MASK)
     }
 
     /// Pointer to the lock of writer partition `p`.
