@@ -470,8 +470,8 @@ impl Header {
         }
     }
 
-    /// Slot `i` of partition `p`'s recently freed blocks (0: empty; a hint, never trusted: the
-    /// bitmap decides).
+    /// Slot `i` of partition `p`'s recently freed blocks (empty unless its bit in `recent_mask`
+    /// is set; a hint, never trusted: the bitmap decides).
     #[inline]
     pub fn recent_free(&self, p: u64, i: u64) -> &std::sync::atomic::AtomicU64 {
         self.region.atomic_u64(
