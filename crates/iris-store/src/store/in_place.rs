@@ -1,0 +1,329 @@
+//! Changes made in place under one partition's lock: a value's new block published in its leaf
+//! slot when the leaf is private to the working tree, and the bytes of a block written since the
+//! last commit changed where they are (through the partition's redo record, so a process killed
+//! mid-copy leaves the write whole or absent). A patch of another key (a file's size and times)
+//! can ride in the same hold. Block reservation for such writes lives here too.
+
+use crate::error::{Result, StoreError};
+use crate::header::{partition_of, PARTITIONS};
+use crate::key::Key;
+use crate::node::{Node, Val};
+use crate::tree::Txn;
+
+use super::{
+    home_share, set_home_share, BlockPut, BlockRef, InPlaceOutcome, Inner, Known, Patch, PatchPlan,
+    PatchStart, Store, ThenPatch, PREFETCH_BYTES,
+};
+
+impl Store {
+    /// Allocate a block and reserve an in-flight slot for it, holding the lock of the partition
+    /// whose share it comes from (see [`home_share`]; every lock when the volume must grow or
+    /// commit to find space). `None` when every in-flight slot is busy.
+    pub(super) fn reserve_block(inner: &Inner) -> Result<Option<(u64, u64)>> {
+        // Any partition's share will do: this thread's own first, else the next whose lock is
+        // free and whose share has a free block (writers never wait here for each other, and
+        // a thread whose share filled up moves on). Failing that, holding its own partition's
+        // lock (waiting for it if need be), anywhere in the bitmap; then, holding every lock,
+        // anywhere after the volume grows or a commit frees space.
+        let home = home_share();
+        let mut fast = None;
+        for q in (0..PARTITIONS).map(|i| (home + i) % PARTITIONS) {
+            let Some(g) = inner.try_lock_partition(q) else {
+                continue;
+            };
+            let g = g?;
+            if g.is_all() {
+                fast = Some((q, None, g));
+                break;
+            }
+            if let Some(b) = inner.alloc.alloc_in_share(q) {
+                set_home_share(q);
+                fast = Some((q, Some(b), g));
+                break;
+            }
+        }
+        let (p, b, _g) = match fast {
+            Some((p, Some(b), g)) => (p, b, g),
+            found => {
+                let (p, g) = match found {
+                    Some((p, _, g)) => (p, g),
+                    None => (home, inner.lock_partition(home)?),
+                };
+                let g = if g.is_all() {
+                    g
+                } else if let Some(b) = inner.alloc.alloc_in(p) {
+                    // (No share had room under a free lock: the whole bitmap, under p's lock.)
+                    return Self::reserve_slot(inner, p, b);
+                } else {
+                    drop(g);
+                    inner.lock()?
+                };
+                let b = match inner.alloc.alloc(p, inner.media.as_ref(), false) {
+                    Ok(b) => b,
+                    Err(StoreError::NoSpace) if inner.header.pending_blocks() > 0 => {
+                        inner.commit_locked()?;
+                        inner.alloc.alloc(p, inner.media.as_ref(), false)?
+                    }
+                    Err(e) => return Err(e),
+                };
+                (p, b, g)
+            }
+        };
+        Self::reserve_slot(inner, p, b)
+    }
+
+    /// Reserve an in-flight slot of partition `p` for block `b`, just allocated (the caller
+    /// holds a lock): `None`, the block freed again, when every slot is busy.
+    pub(super) fn reserve_slot(inner: &Inner, p: u64, b: u64) -> Result<Option<(u64, u64)>> {
+        match inner.alloc.readers().reserve(p, b) {
+            Some(slot) => Ok(Some((b, slot))),
+            None => {
+                inner.alloc.free_now(b);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The common case of [`Store::put_block_then_patch`], holding the locks of the partitions
+    /// in `held` (`p`, the key's, and perhaps the patched key's): the key exists with a value of
+    /// the same length in a leaf private to the working tree, and the patch is skipped or lands
+    /// in place. Otherwise nothing is written (the patch closure may have been called) and the
+    /// outcome says whether the patched key's partition would do or every lock is needed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn publish_in_place<F: FnMut(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        p: u64,
+        held: u64,
+        key: Key,
+        block: u64,
+        len: usize,
+        slot: u64,
+        then: &mut Option<ThenPatch<F>>,
+    ) -> Result<InPlaceOutcome> {
+        let mut txn = Txn::begin_in(inner.cx(), p);
+        let spot = inner.locate_in_place(&txn, key)?;
+        if !txn.replaceable_in_place(&spot, len as u32)? {
+            return Ok(InPlaceOutcome::No);
+        }
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then)? else {
+            return Ok(InPlaceOutcome::NeedsPatchPartition);
+        };
+        // Committed to this path: the data block first, then the patch, one publish each.
+        let gen = inner.header.working_gen();
+        let val = Val::Block {
+            block,
+            len: len as u32,
+            gen,
+        };
+        // Unreserved before the publish: a writer killed in between leaves a leaked block (found
+        // by the repair, as it holds a lock), never a published block in a dead writer's slot,
+        // which the reaper would free while the tree still points at it.
+        inner.alloc.readers().unreserve(slot);
+        if let Err(e) = txn.put_at(&spot, key, val) {
+            txn.abort();
+            inner.alloc.free_now(block);
+            return Err(e);
+        }
+        let at = BlockRef {
+            block,
+            len: len as u32,
+        };
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(InPlaceOutcome::Done)
+    }
+
+    /// Apply the plan's patch, publish, and say what the caller may cache. `patch` is the
+    /// patched key and its change stamp read before the plan.
+    pub(super) fn finish_in_place(
+        inner: &Inner,
+        mut txn: Txn<'_>,
+        located: Option<(Key, BlockRef)>,
+        patch: Option<(Key, u64)>,
+        plan: &PatchPlan,
+    ) -> Result<BlockPut> {
+        let patched = match plan {
+            PatchPlan::InPlace(spot, words) => {
+                txn.patch_at(spot, &words.words[..words.count])? == Some(true)
+            }
+            _ => false,
+        };
+        let ours = patch.map(|(k, _)| u64::from(txn.touches(k)));
+        txn.commit_publish();
+        let patched_stamp = patch.and_then(|(k, s0)| {
+            let s1 = inner.header.change_stamp(k);
+            // Patched, this writer holds the patched key's partition: nobody else changed it.
+            // Else nobody may have moved its stamp between the looks at it.
+            (patched || Some(s1) == ours.map(|o| s0 + o)).then_some(s1)
+        });
+        Ok(BlockPut {
+            found: true,
+            replaced: true,
+            patched,
+            located: located.map(|(key, at)| (inner.header.change_stamp(key), at)),
+            patched_stamp,
+        })
+    }
+
+    /// [`Store::plan_patch`] with the patched key and its change stamp before the change (for
+    /// `finish_in_place`); `None` when the patch needs every lock.
+    pub(super) fn plan_then<F: FnMut(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        txn: &Txn<'_>,
+        held: u64,
+        then: &mut Option<ThenPatch<F>>,
+    ) -> Result<Option<(PatchStart, PatchPlan)>> {
+        let start = then
+            .as_ref()
+            .map(|t| (t.key, inner.header.change_stamp(t.key)));
+        Ok(match Self::plan_patch(inner, txn, held, then)? {
+            PatchPlan::Escalate => None,
+            plan => Some((start, plan)),
+        })
+    }
+
+    /// Where the patch of `then` goes in a transaction holding only the locks of the partitions
+    /// in the bit mask `held` (the put it follows replaced a value). The patch is skipped when
+    /// its key's change stamp still reads what the caller saw, and not written when every word
+    /// already holds its value.
+    pub(super) fn plan_patch<F: FnMut(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        txn: &Txn<'_>,
+        held: u64,
+        then: &mut Option<ThenPatch<F>>,
+    ) -> Result<PatchPlan> {
+        let Some(t) = then.as_mut() else {
+            return Ok(PatchPlan::Nothing);
+        };
+        if t.unless_unchanged_since == Some(inner.header.change_stamp(t.key)) {
+            return Ok(PatchPlan::Nothing);
+        }
+        let spot = txn.locate(t.key)?;
+        let Some(old) = txn.value_at(&spot)? else {
+            return Ok(PatchPlan::Escalate);
+        };
+        let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
+        let patch = Patch::chosen(old_bytes, |old, p| (t.patch)(old, true, p))?;
+        if patch.holds_in(old_bytes) {
+            return Ok(PatchPlan::Nothing);
+        }
+        if held & (1 << partition_of(t.key)) == 0 || !txn.patchable_in_place(&spot)? {
+            return Ok(PatchPlan::Escalate);
+        }
+        Ok(PatchPlan::InPlace(spot, patch))
+    }
+
+    /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make
+    /// the patch `then` describes, holding only the key's partition lock (and the patched
+    /// key's): for writes of at most 4 KiB inside the value, into a data block written since the
+    /// last commit; one at or past the value's end goes to [`Store::append_in_place`]. A
+    /// process killed during the copy leaves it whole (see `undo`). `None` (nothing done) when
+    /// the write does not qualify; the caller then copies the block.
+    ///
+    /// `known`: where the caller last saw the value and the key's change stamp then (a file's
+    /// block map). If the stamp still reads that under the lock, the value is there, and if
+    /// that block was allocated since the last commit (the allocator's fresh map says so) the
+    /// write goes there without a look at the tree. Otherwise the tree says where the value
+    /// is, as without it.
+    pub fn write_in_place(
+        &self,
+        key: Key,
+        offset: usize,
+        data: &[u8],
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
+        known: Option<Known>,
+    ) -> Result<Option<BlockPut>> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        if data.len() as u64 > crate::undo::UNDO_MAX_BYTES {
+            return Ok(None);
+        }
+        if let Some(k) = known {
+            // Its lines, on their way while the locks are taken and the stamps checked.
+            inner.alloc.prefetch_fresh(k.at.block);
+            if k.at.block >= inner.layout.data_start && k.at.block < inner.layout.max_blocks {
+                inner
+                    .region
+                    .prefetch_w(inner.layout.offset(k.at.block) + offset as u64);
+            }
+        }
+        let p = partition_of(key);
+        let mut then = then;
+        match inner.in_place(p, key, &mut then, |held, then| {
+            Self::write_in_place_held(inner, p, held, key, offset, data, then, known)
+        })? {
+            InPlaceOutcome::Done(done) => Ok(Some(done)),
+            // Past the value's end (a file extended, then written in order): an append into the
+            // block's tail, which takes its own locks.
+            InPlaceOutcome::PastEnd => self.append_in_place(key, offset, data, then),
+            InPlaceOutcome::NeedsPatchPartition | InPlaceOutcome::No => Ok(None),
+        }
+    }
+
+    /// [`Store::write_in_place`] holding the locks of the partitions in `held` (`p`, the key's,
+    /// among them).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn write_in_place_held<F: FnMut(&[u8], bool, &mut Patch)>(
+        inner: &Inner,
+        p: u64,
+        held: u64,
+        key: Key,
+        offset: usize,
+        data: &[u8],
+        then: &mut Option<ThenPatch<F>>,
+        known: Option<Known>,
+    ) -> Result<InPlaceOutcome> {
+        let txn = Txn::begin_in(inner.cx(), p);
+        let (block, len) = match known {
+            // The stamp has not moved since the caller saw the value there (and no one can move
+            // it while this lock is held), and the block is not the last commit's.
+            Some(k)
+                if inner.header.change_stamp(key) == k.stamp
+                    && inner.alloc.is_fresh(k.at.block) =>
+            {
+                (k.at.block, k.at.len)
+            }
+            _ => {
+                let spot = inner.locate_in_place(&txn, key)?;
+                let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
+                    return Ok(InPlaceOutcome::No);
+                };
+                if gen != inner.header.working_gen() {
+                    return Ok(InPlaceOutcome::No);
+                }
+                (block, len)
+            }
+        };
+        if offset < len as usize && data.len() <= PREFETCH_BYTES && known.is_none() {
+            // The lines this write stores into, on their way while the patch is planned and
+            // the undo record armed.
+            let at = inner.layout.offset(block) + offset as u64;
+            let end = at + data.len().min(len as usize - offset) as u64;
+            let mut line = at & !63;
+            while line < end {
+                inner.region.prefetch_w(line);
+                line += 64;
+            }
+        }
+        if offset >= len as usize {
+            return Ok(InPlaceOutcome::PastEnd);
+        }
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|e| e > len as usize)
+        {
+            return Ok(InPlaceOutcome::No);
+        }
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then)? else {
+            return Ok(InPlaceOutcome::NeedsPatchPartition);
+        };
+        // The bytes change where readers may be copying them: they read again (see `View`).
+        let _in_place = inner.header.in_place(held);
+        inner.undo.write(p, block, offset as u64, data);
+        inner.latency.on_write(1);
+        // The location holds, so the stamp does too: cached locations stay good (readers that
+        // overlap the bytes changing see the write sequence move instead).
+        let at = BlockRef { block, len };
+        let mut txn = txn;
+        txn.note_written_in_place(key);
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(InPlaceOutcome::Done)
+    }
+}
