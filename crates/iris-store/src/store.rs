@@ -1,5 +1,12 @@
 //! The public store: open/create a volume, then get/put/delete/scan/batch under the volume lock,
 //! commit (explicit, grouped, or on a timer), snapshots, statistics and verification.
+//!
+//! Here: the options and value types, the writer locks (`Inner::lock` takes every partition,
+//! `lock_partition` one), and the write paths that take them. Beside it: `open.rs` (create,
+//! open, recover), `view.rs` (reads), `in_place.rs` (changes under one partition's lock),
+//! `overwrite.rs` (several blocks under their partitions' locks), `prepared.rs` (blocks filled
+//! before a transaction), `tx.rs` (transactions), `snapshot.rs`, `inspect.rs` (stats, shape,
+//! verify, garbage), `hint.rs` (where this thread last found a key).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
