@@ -31,6 +31,7 @@ use crate::volume_lock::{self, Acquired};
 mod hint;
 mod in_place;
 mod inspect;
+mod locations;
 mod open;
 mod overwrite;
 mod prepared;
@@ -326,6 +327,16 @@ pub struct VerifyReport {
     pub leaked_sample: Vec<u64>,
 }
 
+/// Attempts of a get that found a writer mid-change before it waits for that writer.
+const WAITS_BEFORE_LOCK: u32 = 1000;
+
+/// The outcome of one attempt of [`Store::get`].
+enum GetOnce {
+    Done(Option<usize>),
+    /// A change in place overlapped the copy, or a writer is mid-change: read again.
+    Again,
+}
+
 pub(crate) struct Inner {
     media: Box<dyn Media>,
     region: Region,
@@ -340,6 +351,8 @@ pub(crate) struct Inner {
     /// Whether this open rebuilt the working state from the superblocks (first open after a
     /// reboot or power loss).
     recovered: bool,
+    /// Where this process last found values `get` copied (see `locations`).
+    locations: locations::Locations,
 }
 
 /// A volume opened as a key-value store. Cheap to share between threads (`&Store` is enough).
@@ -737,11 +750,69 @@ impl Store {
     }
 
     /// Copy the value of `key` into `buf` (as much as fits); returns the value's full length.
+    /// An out-of-line value this process found before is copied from where it was, without a
+    /// read section or a walk down the tree, and the copy counts only if the key's change stamp
+    /// and its partition's write marks read the same afterwards (see `locations`); else, and
+    /// the first time, the tree says where it is. Either way a copy that a change in place
+    /// overlapped is made again: a get never returns half of one.
     pub fn get(&self, key: Key, buf: &mut [u8]) -> Result<Option<usize>> {
-        self.get_with(key, |v| {
-            let n = v.len().min(buf.len());
-            buf[..n].copy_from_slice(&v[..n]);
-            v.len()
+        let inner = &*self.inner;
+        let mut attempt = 0u32;
+        loop {
+            if let Some(len) = self.get_remembered(key, buf) {
+                inner.latency.on_read(1);
+                return Ok(Some(len));
+            }
+            if attempt >= WAITS_BEFORE_LOCK {
+                // A writer stays mid-change (or died there): wait for it (which repairs).
+                self.wait_for_writers(std::iter::once(key))?;
+            } else if attempt > 0 {
+                std::thread::yield_now();
+            }
+            let got = self.read(|view| {
+                // Read before the lookup (the view reads its root at its first lookup): a
+                // location remembered with it is at least as new as the stamp.
+                let stamp = view.change_stamp(key);
+                let Some(marks) = view.in_place_marks(std::iter::once(key)) else {
+                    return Ok(GetOnce::Again); // a writer is mid-change: read after it
+                };
+                let (bytes, at) = match view.get_located(key)? {
+                    None => return Ok(GetOnce::Done(None)),
+                    Some(Located::Inline(bytes)) => (bytes, None),
+                    Some(Located::Block(at)) => (view.block_bytes(at)?, Some(at)),
+                };
+                let n = bytes.len().min(buf.len());
+                buf[..n].copy_from_slice(&bytes[..n]);
+                if !view.unchanged_since(&marks) {
+                    return Ok(GetOnce::Again); // a change in place overlapped the copy
+                }
+                if let Some(at) = at {
+                    inner.latency.on_read(1);
+                    inner.locations.put(key, stamp, at);
+                }
+                Ok(GetOnce::Done(Some(bytes.len())))
+            })?;
+            if let GetOnce::Done(len) = got {
+                return Ok(len);
+            }
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    /// [`Store::get`] from where this process last found the value, if it knows and the value
+    /// is still there, whole (see `locations`).
+    #[inline]
+    fn get_remembered(&self, key: Key, buf: &mut [u8]) -> Option<usize> {
+        let (stamp, at) = self.inner.locations.get(key)?;
+        self.read_known(|v| {
+            if v.change_stamp(key) != stamp {
+                return None;
+            }
+            let marks = v.in_place_marks(std::iter::once(key))?;
+            let bytes = v.block_bytes(at).ok()?;
+            let n = bytes.len().min(buf.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            (v.unchanged_since(&marks) && v.change_stamp(key) == stamp).then_some(bytes.len())
         })
     }
 

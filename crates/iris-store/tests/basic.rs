@@ -1560,3 +1560,110 @@ fn prefetching_a_value_reads_nothing_and_tolerates_any_location() {
     assert_eq!(s.get(k(1), &mut buf).expect("get"), Some(4096));
     assert_eq!(buf, value(1, 0, 4096));
 }
+
+#[test]
+fn a_get_from_a_remembered_location_sees_every_change_after_it() {
+    // The second get of a value goes where the first found it (no tree walk); every kind of
+    // change since must still show: a copy-on-write replacement, a change in place, a delete,
+    // a shorter value, a commit and its reuse of freed blocks.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(4, 7);
+    let mut buf = vec![0u8; 4096];
+    let get = |buf: &mut Vec<u8>| s.get(key, buf).expect("get");
+    s.put_block(key, 4096, |out| out.fill(1)).expect("put");
+    assert_eq!(get(&mut buf), Some(4096));
+    assert_eq!(get(&mut buf), Some(4096), "from the remembered location");
+    assert!(buf.iter().all(|&b| b == 1));
+    // Committed, then replaced: a new block (copy on write).
+    s.commit().expect("commit");
+    s.put_block(key, 4096, |out| out.fill(2)).expect("replace");
+    assert_eq!(get(&mut buf), Some(4096));
+    assert!(
+        buf.iter().all(|&b| b == 2),
+        "stale bytes after a replacement"
+    );
+    // Changed in place (the block is the working generation's): same location, new bytes.
+    let none = || None::<iris_store::NoPatch>;
+    assert!(s
+        .write_in_place(key, 100, &[3u8; 50], none(), None)
+        .expect("in place")
+        .is_some());
+    assert_eq!(get(&mut buf), Some(4096));
+    assert_eq!(&buf[100..150], &[3u8; 50][..]);
+    assert_eq!(buf[99], 2);
+    // Replaced again and committed: the freed blocks go to other keys.
+    s.put_block(key, 4096, |out| out.fill(4)).expect("replace");
+    s.commit().expect("commit");
+    for i in 0..8u64 {
+        s.put_block(Key::new(5, i), 4096, |out| out.fill(9))
+            .expect("reuse freed blocks");
+    }
+    assert_eq!(get(&mut buf), Some(4096));
+    assert!(buf.iter().all(|&b| b == 4), "bytes of a reused block");
+    // A shorter value, then none.
+    s.put(key, &[7u8; 10]).expect("inline");
+    assert_eq!(get(&mut buf), Some(10));
+    assert_eq!(&buf[..10], &[7u8; 10][..]);
+    assert!(s.delete(key).expect("delete"));
+    assert_eq!(get(&mut buf), None);
+}
+
+#[test]
+fn gets_from_remembered_locations_never_see_half_a_change() {
+    // Readers copy a block while a writer rewrites it whole, in place and by copy: every copy
+    // a get returns holds one fill byte throughout.
+    let (_sim, s) = sim_store(16 << 20, 4096);
+    let keys: Vec<Key> = (0..4).map(|i| Key::new(6, i)).collect();
+    for k in &keys {
+        s.put_block(*k, 4096, |out| out.fill(0)).expect("put");
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let reads = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|t| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                t.spawn(|| {
+                    let mut buf = vec![0u8; 4096];
+                    let mut n = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        for k in &keys {
+                            assert_eq!(s.get(*k, &mut buf).expect("get"), Some(4096));
+                            assert!(buf.iter().all(|&b| b == buf[0]), "a get saw half a change");
+                            n += 1;
+                            reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    n
+                })
+            })
+            .collect();
+        let none = || None::<iris_store::NoPatch>;
+        // Rewrites until the readers have made plenty of gets (they may start late).
+        let mut round = 0u32;
+        while (round < 3000 || reads.load(std::sync::atomic::Ordering::Relaxed) < 200_000)
+            && round < 2_000_000
+            && !readers.iter().any(|r| r.is_finished())
+        {
+            round += 1;
+            let fill = (round % 251) as u8;
+            let k = keys[round as usize % keys.len()];
+            if round.is_multiple_of(50) {
+                s.put_block(k, 4096, |out| out.fill(fill)).expect("copy");
+            } else {
+                let done = s
+                    .write_in_place(k, 0, &[fill; 4096], none(), None)
+                    .expect("in place");
+                if done.is_none() {
+                    s.put_block(k, 4096, |out| out.fill(fill)).expect("copy");
+                }
+            }
+            if round.is_multiple_of(5000) {
+                s.commit().expect("commit");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().expect("reader") > 0);
+        }
+    });
+}

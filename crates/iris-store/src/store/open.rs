@@ -413,6 +413,7 @@ impl Store {
             undo: Undo::new(region, layout),
             failed: AtomicBool::new(false),
             recovered,
+            locations: super::locations::Locations::new(),
         });
         let mut store = Store {
             inner,

@@ -1,0 +1,153 @@
+//! Where this process last found out-of-line values: a direct-mapped table of (key, change
+//! stamp, block) entries, so that [`Store::get`](super::Store::get) of a value seen before goes
+//! straight to its block, with no read section and no walk down the tree, and checks afterwards
+//! that the key's change stamp and its partition's write marks did not move (a stamp moves
+//! before the value's block can be reused: see `Header::change_stamp`). A hint table: a stale,
+//! lost or overwritten entry only sends a lookup the long way.
+//!
+//! Each slot is seqlocked by its own word (odd while a fill writes it); readers never wait and
+//! a fill that finds its slot busy is dropped. Only atomics: nothing here can be held across a
+//! fork.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use super::BlockRef;
+use crate::key::Key;
+
+/// Slots of the table (a power of two): 4 MiB of address space, touched only where gets land.
+const SLOTS: usize = 1 << 16;
+
+#[repr(align(64))]
+struct Slot {
+    seq: AtomicU64,
+    hi: AtomicU64,
+    lo: AtomicU64,
+    stamp: AtomicU64,
+    /// The packed location; 0 for an empty slot.
+    at: AtomicU64,
+}
+
+/// The table of one open store.
+pub(super) struct Locations {
+    slots: Box<[Slot]>,
+}
+
+impl Locations {
+    pub(super) fn new() -> Locations {
+        Locations {
+            slots: (0..SLOTS)
+                .map(|_| Slot {
+                    seq: AtomicU64::new(0),
+                    hi: AtomicU64::new(0),
+                    lo: AtomicU64::new(0),
+                    stamp: AtomicU64::new(0),
+                    at: AtomicU64::new(0),
+                })
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn slot(&self, key: Key) -> &Slot {
+        let h =
+            key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.lo.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+        &self.slots[((h ^ (h >> 29)) as usize) & (SLOTS - 1)]
+    }
+
+    /// Where `key`'s value was last found, and its change stamp then, if this slot holds it.
+    #[inline]
+    pub(super) fn get(&self, key: Key) -> Option<(u64, BlockRef)> {
+        let s = self.slot(key);
+        let s1 = s.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let (hi, lo, stamp, at) = (
+            s.hi.load(Ordering::Relaxed),
+            s.lo.load(Ordering::Relaxed),
+            s.stamp.load(Ordering::Relaxed),
+            s.at.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        if s.seq.load(Ordering::Relaxed) != s1 || hi != key.hi || lo != key.lo {
+            return None;
+        }
+        BlockRef::unpack(at).map(|at| (stamp, at))
+    }
+
+    /// Remember that `key`'s value was found at `at` by a lookup that read change stamp `stamp`
+    /// before it began (unless the slot holds that already, or another thread is filling it).
+    #[inline]
+    pub(super) fn put(&self, key: Key, stamp: u64, at: BlockRef) {
+        if self.get(key) == Some((stamp, at)) {
+            return; // readers of a settled value keep the line shared
+        }
+        let s = self.slot(key);
+        let seq = s.seq.load(Ordering::Relaxed);
+        if seq & 1 != 0
+            || s.seq
+                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        fence(Ordering::Release);
+        s.hi.store(key.hi, Ordering::Relaxed);
+        s.lo.store(key.lo, Ordering::Relaxed);
+        s.stamp.store(stamp, Ordering::Relaxed);
+        s.at.store(at.pack(), Ordering::Relaxed);
+        s.seq.store(seq + 2, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_answers_for_its_own_key_only_and_the_last_fill_wins() {
+        let l = Locations::new();
+        let (k, at) = (Key::new(3, 9), BlockRef::new(1234, 4096));
+        assert_eq!(l.get(k), None);
+        l.put(k, 7, at);
+        assert_eq!(l.get(k), Some((7, at)));
+        assert_eq!(l.get(Key::new(3, 10)), None, "another key");
+        l.put(k, 8, BlockRef::new(99, 512));
+        assert_eq!(l.get(k), Some((8, BlockRef::new(99, 512))));
+        // A slot being filled reads as a miss.
+        let s = l.slot(k);
+        s.seq.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(l.get(k), None);
+        l.put(k, 9, at); // dropped: the slot is busy
+        s.seq.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(l.get(k), Some((8, BlockRef::new(99, 512))));
+    }
+
+    #[test]
+    fn concurrent_fills_never_mix_entries() {
+        let l = std::sync::Arc::new(Locations::new());
+        // Two keys that share a slot, each always filled with its own (stamp, block).
+        let a = Key::new(1, 1);
+        let b = (2..u64::MAX)
+            .map(|lo| Key::new(1, lo))
+            .find(|k| std::ptr::eq(l.slot(*k), l.slot(a)))
+            .expect("a colliding key");
+        let fillers: Vec<_> = [(a, 11u64), (b, 22u64)]
+            .into_iter()
+            .map(|(k, tag)| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..200_000 {
+                        l.put(k, tag, BlockRef::new(tag * 100, 4096));
+                        if let Some((stamp, at)) = l.get(k) {
+                            assert_eq!((stamp, at), (tag, BlockRef::new(tag * 100, 4096)));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for f in fillers {
+            f.join().expect("filler");
+        }
+    }
+}
