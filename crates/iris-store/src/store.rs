@@ -327,8 +327,9 @@ pub struct VerifyReport {
     pub leaked_sample: Vec<u64>,
 }
 
-/// Attempts of a get that found a writer mid-change before it waits for that writer.
-const WAITS_BEFORE_LOCK: u32 = 1000;
+/// Copies of a value a get makes while changes in place keep overlapping them, before it
+/// returns the last one as it is (it cannot wait for the writer: it may run inside a read).
+const RETRIES_BEFORE_ACCEPT: u32 = 1000;
 
 /// The outcome of one attempt of [`Store::get`].
 enum GetOnce {
@@ -753,29 +754,29 @@ impl Store {
     /// An out-of-line value this process found before is copied from where it was, without a
     /// read section or a walk down the tree, and the copy counts only if the key's change stamp
     /// and its partition's write marks read the same afterwards (see `locations`); else, and
-    /// the first time, the tree says where it is. Either way a copy that a change in place
-    /// overlapped is made again: a get never returns half of one.
+    /// the first time, the tree says where it is. Either way a copy that a change in place of
+    /// an out-of-line value overlapped (its partition's write marks moved) is made again, up to
+    /// `RETRIES_BEFORE_ACCEPT` times (a get may run inside another read: it never waits for
+    /// a writer's lock). Not covered: an inline value patched word by word.
     pub fn get(&self, key: Key, buf: &mut [u8]) -> Result<Option<usize>> {
         let inner = &*self.inner;
         let mut attempt = 0u32;
         loop {
             if let Some(len) = self.get_remembered(key, buf) {
-                inner.latency.on_read(1);
                 return Ok(Some(len));
             }
-            if attempt >= WAITS_BEFORE_LOCK {
-                // A writer stays mid-change (or died there): wait for it (which repairs).
-                self.wait_for_writers(std::iter::once(key))?;
-            } else if attempt > 0 {
+            if attempt > 0 {
                 std::thread::yield_now();
             }
+            let last = attempt >= RETRIES_BEFORE_ACCEPT;
             let got = self.read(|view| {
                 // Read before the lookup (the view reads its root at its first lookup): a
                 // location remembered with it is at least as new as the stamp.
                 let stamp = view.change_stamp(key);
-                let Some(marks) = view.in_place_marks(std::iter::once(key)) else {
+                let marks = view.in_place_marks(std::iter::once(key));
+                if marks.is_none() && !last {
                     return Ok(GetOnce::Again); // a writer is mid-change: read after it
-                };
+                }
                 let (bytes, at) = match view.get_located(key)? {
                     None => return Ok(GetOnce::Done(None)),
                     Some(Located::Inline(bytes)) => (bytes, None),
@@ -783,11 +784,11 @@ impl Store {
                 };
                 let n = bytes.len().min(buf.len());
                 buf[..n].copy_from_slice(&bytes[..n]);
-                if !view.unchanged_since(&marks) {
+                let whole = marks.is_some_and(|m| view.unchanged_since(&m));
+                if !whole && !last {
                     return Ok(GetOnce::Again); // a change in place overlapped the copy
                 }
-                if let Some(at) = at {
-                    inner.latency.on_read(1);
+                if let (Some(at), true) = (at, whole) {
                     inner.locations.put(key, stamp, at);
                 }
                 Ok(GetOnce::Done(Some(bytes.len())))

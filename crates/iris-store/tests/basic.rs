@@ -1619,6 +1619,13 @@ fn gets_from_remembered_locations_never_see_half_a_change() {
     }
     let stop = std::sync::atomic::AtomicBool::new(false);
     let reads = std::sync::atomic::AtomicU64::new(0);
+    // Stops the readers however the writer below ends (a failed write must not hang the test).
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     std::thread::scope(|t| {
         let readers: Vec<_> = (0..2)
             .map(|_| {
@@ -1637,6 +1644,7 @@ fn gets_from_remembered_locations_never_see_half_a_change() {
                 })
             })
             .collect();
+        let _stop = Stop(&stop);
         let none = || None::<iris_store::NoPatch>;
         // Rewrites until the readers have made plenty of gets (they may start late).
         let mut round = 0u32;

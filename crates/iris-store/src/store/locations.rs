@@ -34,17 +34,19 @@ pub(super) struct Locations {
 
 impl Locations {
     pub(super) fn new() -> Locations {
-        Locations {
-            slots: (0..SLOTS)
-                .map(|_| Slot {
-                    seq: AtomicU64::new(0),
-                    hi: AtomicU64::new(0),
-                    lo: AtomicU64::new(0),
-                    stamp: AtomicU64::new(0),
-                    at: AtomicU64::new(0),
-                })
-                .collect(),
-        }
+        let layout = std::alloc::Layout::array::<Slot>(SLOTS).expect("a table of constant size");
+        // SAFETY: the layout is not zero-sized; zeroed memory is a valid `Slot` (atomic
+        // integers: an empty slot), so the slice may be built over it and owned by a Box with
+        // the same layout (the global allocator's, which Box frees with). Zeroed allocation
+        // leaves the pages untouched until a slot is used.
+        let slots = unsafe {
+            let p = std::alloc::alloc_zeroed(layout) as *mut Slot;
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, SLOTS))
+        };
+        Locations { slots }
     }
 
     #[inline]
