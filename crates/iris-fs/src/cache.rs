@@ -180,8 +180,6 @@ const RUN_BLOCKS: u64 = 64;
 /// Run words per map (a power of two): groups further apart share one (256 MiB of file at
 /// 4 KiB blocks before two do; a shared word only predicts less often).
 const RUNS: usize = 1024;
-/// Words of a chunk.
-const CHUNK_LEN: usize = CHUNK_WORDS as usize;
 /// The bit of a run word that says two looks agreed on it.
 const RUN_CONFIRMED: u64 = 1;
 
@@ -208,7 +206,7 @@ pub struct FileCache {
     state: AtomicU64,
     /// Serializes fills and moves to a new epoch.
     advance: Mutex<()>,
-    /// Chunks of `CHUNK_LEN` words, allocated on first use and installed by one
+    /// Chunks of `CHUNK_WORDS` words, allocated on first use and installed by one
     /// compare-exchange (never a lock: a child forked while a thread of its parent was
     /// allocating one must not wait for it), freed with the map.
     chunks: Box<[AtomicPtr<AtomicU64>]>,
@@ -405,7 +403,7 @@ impl FileCache {
             Some(chunk) => chunk,
             None => {
                 let cell = self.chunks.get(c)?;
-                let fresh: Box<[AtomicU64]> = (0..CHUNK_LEN).map(|_| AtomicU64::new(0)).collect();
+                let fresh: Box<[AtomicU64]> = (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect();
                 let ptr = Box::into_raw(fresh).cast::<AtomicU64>();
                 if let Err(_other) = cell.compare_exchange(
                     std::ptr::null_mut(),
@@ -413,10 +411,13 @@ impl FileCache {
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
-                    // SAFETY: `ptr` came from Box::into_raw of a slice of CHUNK_LEN words
+                    // SAFETY: `ptr` came from Box::into_raw of a slice of CHUNK_WORDS words
                     // just above and was never shared (the exchange failed).
                     drop(unsafe {
-                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, CHUNK_LEN))
+                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                            ptr,
+                            CHUNK_WORDS as usize,
+                        ))
                     });
                 }
                 self.chunk(c)?
@@ -430,9 +431,9 @@ impl FileCache {
     #[inline]
     fn chunk(&self, c: usize) -> Option<&[AtomicU64]> {
         let ptr = self.chunks.get(c)?.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer is a chunk of CHUNK_LEN words installed by `slot` and
+        // SAFETY: a non-null pointer is a chunk of CHUNK_WORDS words installed by `slot` and
         // freed only when the map drops, which outlives `&self`.
-        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, CHUNK_LEN) })
+        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, CHUNK_WORDS as usize) })
     }
 }
 
@@ -441,9 +442,14 @@ impl Drop for FileCache {
         for cell in self.chunks.iter() {
             let ptr = cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !ptr.is_null() {
-                // SAFETY: installed by `slot` from Box::into_raw of a slice of CHUNK_LEN
+                // SAFETY: installed by `slot` from Box::into_raw of a slice of CHUNK_WORDS
                 // words; `&mut self` means nobody else holds it now.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, CHUNK_LEN)) });
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                        ptr,
+                        CHUNK_WORDS as usize,
+                    ))
+                });
             }
         }
     }
