@@ -425,26 +425,30 @@ impl Allocator {
         // every allocation: 8 % of a write followed by a sync).
         let own = p % PARTITIONS * RECENT_PER_PARTITION;
         let mut turned = mask.rotate_right(own as u32);
+        let mut visited = 0u64;
+        let mut found = None;
         while turned != 0 {
             let n = (u64::from(turned.trailing_zeros()) + own) % 64;
             turned &= turned - 1;
+            visited |= 1 << n;
             let slot = self
                 .header
                 .recent_free(n / RECENT_PER_PARTITION, n % RECENT_PER_PARTITION);
             let b = slot.swap(0, Ordering::AcqRel);
-            // Fills happen only under every lock, this caller holds one: no fill can race
-            // this clear.
-            mask_word.fetch_and(!(1u64 << n), Ordering::AcqRel);
             if b >= self.layout.data_start && b < backed {
                 let (word, bit) = (b / 64, 1u64 << (b % 64));
                 if self.w_word(word).fetch_or(bit, Ordering::AcqRel) & bit == 0 {
                     self.header.add_used(share_of(word), 1);
                     self.note_fresh(b);
-                    return Some(b);
+                    found = Some(b);
+                    break;
                 }
             }
         }
-        None
+        // One write of the shared mask per call. Fills happen only under every lock and this
+        // caller holds one: no fill can race this clear.
+        mask_word.fetch_and(!visited, Ordering::AcqRel);
+        found
     }
 
     /// Note free block `b` in an empty slot of its share's recently freed ones, if one is
@@ -772,6 +776,16 @@ mod tests {
             .recent_mask()
             .store(1 << (2 * RECENT_PER_PARTITION), Ordering::Relaxed);
         assert_eq!(alloc.alloc_in(2), Some(far));
+        assert_eq!(alloc.header.recent_mask().load(Ordering::Relaxed), 0);
+        // The allocating partition's own slots come first, then the next ones, wrapping: with
+        // blocks noted in partitions 1 and 5, partition 3 takes 5's, then 1's.
+        let (b1, b5) = (far - 1, far - 2);
+        alloc.header.recent_free(1, 4).store(b1, Ordering::Relaxed);
+        alloc.header.recent_free(5, 0).store(b5, Ordering::Relaxed);
+        let bits = (1 << (RECENT_PER_PARTITION + 4)) | (1 << (5 * RECENT_PER_PARTITION));
+        alloc.header.recent_mask().store(bits, Ordering::Relaxed);
+        assert_eq!(alloc.alloc_in(3), Some(b5));
+        assert_eq!(alloc.alloc_in(3), Some(b1));
         assert_eq!(alloc.header.recent_mask().load(Ordering::Relaxed), 0);
     }
 
