@@ -327,9 +327,21 @@ pub struct VerifyReport {
     pub leaked_sample: Vec<u64>,
 }
 
-/// Copies of a value a get makes while changes in place keep overlapping them, before it
-/// returns the last one as it is (it cannot wait for the writer: it may run inside a read).
-const RETRIES_BEFORE_ACCEPT: u32 = 1000;
+/// Copies of a value a get makes while changes in place keep overlapping them before it waits
+/// for the writers (or, inside another read of this thread, which a waiting writer may be
+/// waiting for, returns the last copy as it is).
+const RETRIES_BEFORE_WAIT: u32 = 1000;
+
+thread_local! {
+    /// Read sections this thread is inside (a get must not wait for a writer in one).
+    static READ_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+impl Drop for ReadSection<'_> {
+    fn drop(&mut self) {
+        READ_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
 
 /// The outcome of one attempt of [`Store::get`].
 enum GetOnce {
@@ -640,10 +652,12 @@ impl Inner {
     /// Enter a lock-free read section (see `readers`), or take the lock if the reader table is
     /// full. Either keeps every block reachable from the working root from being reused.
     fn read_section(&self) -> Result<ReadSection<'_>> {
-        match self.alloc.readers().enter() {
-            Some(g) => Ok(ReadSection::Slot(g)),
-            None => Ok(ReadSection::Locked(self.lock()?)),
-        }
+        let section = match self.alloc.readers().enter() {
+            Some(g) => ReadSection::Slot(g),
+            None => ReadSection::Locked(self.lock()?),
+        };
+        READ_DEPTH.with(|d| d.set(d.get() + 1));
+        Ok(section)
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -755,9 +769,10 @@ impl Store {
     /// read section or a walk down the tree, and the copy counts only if the key's change stamp
     /// and its partition's write marks read the same afterwards (see `locations`); else, and
     /// the first time, the tree says where it is. Either way a copy that a change in place of
-    /// an out-of-line value overlapped (its partition's write marks moved) is made again, up to
-    /// `RETRIES_BEFORE_ACCEPT` times (a get may run inside another read: it never waits for
-    /// a writer's lock). Not covered: an inline value patched word by word.
+    /// an out-of-line value overlapped (its partition's write marks moved) is made again; after
+    /// `RETRIES_BEFORE_WAIT` copies the get waits for the writers, unless it runs inside another
+    /// read of this thread (a writer may be waiting for that one): then it returns the last
+    /// copy as it is. Not covered: an inline value patched word by word.
     pub fn get(&self, key: Key, buf: &mut [u8]) -> Result<Option<usize>> {
         let inner = &*self.inner;
         let mut attempt = 0u32;
@@ -765,10 +780,15 @@ impl Store {
             if let Some(len) = self.get_remembered(key, buf) {
                 return Ok(Some(len));
             }
-            if attempt > 0 {
+            let nested = READ_DEPTH.with(|d| d.get() > 0);
+            if attempt >= RETRIES_BEFORE_WAIT && !nested {
+                // Writers keep overlapping the copies (or one died mid-change): wait for them
+                // (their locks; which repairs a dead one), then copy again.
+                self.wait_for_writers(std::iter::once(key))?;
+            } else if attempt > 0 {
                 std::thread::yield_now();
             }
-            let last = attempt >= RETRIES_BEFORE_ACCEPT;
+            let last = attempt >= RETRIES_BEFORE_WAIT && nested;
             let got = self.read(|view| {
                 // Read before the lookup (the view reads its root at its first lookup): a
                 // location remembered with it is at least as new as the stamp.
