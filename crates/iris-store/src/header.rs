@@ -144,9 +144,10 @@ impl Drop for InPlace<'_> {
     }
 }
 
-/// The change-stamp buckets an operation touched (one bit per bucket).
+/// The change-stamp buckets an operation touched (one bit per bucket), and the writer
+/// partitions of the keys it touched (one bit each).
 #[derive(Clone, Copy, Default, Debug)]
-pub(crate) struct StampMask([u64; (STAMP_BUCKETS / 64) as usize]);
+pub(crate) struct StampMask([u64; (STAMP_BUCKETS / 64) as usize], u64);
 
 impl StampMask {
     /// Note a change to `key`.
@@ -154,6 +155,13 @@ impl StampMask {
     pub fn touch(&mut self, key: Key) {
         let b = stamp_bucket(key);
         self.0[(b / 64) as usize] |= 1 << (b % 64);
+        self.1 |= 1 << partition_of(key);
+    }
+
+    /// The writer partitions of the keys touched.
+    #[inline]
+    pub fn partitions(&self) -> u64 {
+        self.1
     }
 
     /// Whether a change to a key sharing `key`'s stamp was noted.
@@ -363,7 +371,7 @@ impl Header {
     /// Before changing, in place, bytes or more than one slot readers may be looking at (the
     /// caller holds the locks of the partitions in `held`): make their sequences odd, so a
     /// reader that overlaps the change sees a sequence move and reads again.
-    fn begin_in_place(&self, held: u64) {
+    pub(crate) fn begin_in_place(&self, held: u64) {
         for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
             let w = self.write_seq_word(p);
             w.store(w.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
@@ -382,7 +390,7 @@ impl Header {
     }
 
     /// After the change [`Header::begin_in_place`] announced: even again, one higher.
-    fn end_in_place(&self, held: u64) {
+    pub(crate) fn end_in_place(&self, held: u64) {
         for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
             let w = self.write_seq_word(p);
             w.store((w.load(Ordering::Relaxed) | 1) + 1, Ordering::Release);

@@ -321,6 +321,9 @@ pub(crate) struct Txn<'a> {
     reserve: bool,
     /// A key whose bytes changed in place (no stamp moves for that): noted as written too.
     written_in_place: Option<Key>,
+    /// Writer partitions whose write sequences this transaction made odd at its publish, made
+    /// even again once its change stamps moved (see [`Txn::announce`]).
+    announced: u64,
     /// Data blocks filled outside the lock that this transaction took over (see
     /// `store::prepared`): freed if it aborts, as its own fresh blocks are.
     adopted: Vec<u64>,
@@ -356,6 +359,7 @@ impl<'a> Txn<'a> {
             in_place: false,
             reserve: false,
             written_in_place: None,
+            announced: 0,
             adopted: Vec::new(),
             finger: Cell::new(None),
         }
@@ -963,11 +967,29 @@ impl<'a> Txn<'a> {
         }
         self.root = root;
         if !self.publish_at_root {
+            self.announce();
             self.cx
                 .region
                 .publish_u64(self.cx.header.working_root_off(), root);
         }
         Ok(())
+    }
+
+    /// Before a transaction holding every lock publishes its root: make the write sequences of
+    /// the partitions of the keys it changed odd until [`Txn::commit_publish`] has moved their
+    /// change stamps. A reader that validates a remembered location by the stamp and the write
+    /// marks (see `KnownView`) then never takes the old location for current in the window
+    /// between the publish and the stamps' move, nor after a writer killed in it (the next
+    /// locker's repair moves every stamp and settles the sequences).
+    fn announce(&mut self) {
+        if self.in_place {
+            return; // its caller holds the partitions' in-place guard around the change
+        }
+        let more = self.touched.partitions() & !self.announced;
+        if more != 0 {
+            self.cx.header.begin_in_place(more);
+            self.announced |= more;
+        }
     }
 
     /// Publish a batch's root (no-op for single operations, already published), then release.
@@ -977,6 +999,7 @@ impl<'a> Txn<'a> {
             self.cx.header.bump_shape_seq();
         }
         if self.publish_at_root {
+            self.announce();
             self.cx
                 .region
                 .publish_u64(self.cx.header.working_root_off(), self.root);
@@ -987,7 +1010,10 @@ impl<'a> Txn<'a> {
             .note_written(&self.touched, self.written_in_place, self.wgen);
         // Before any released block can be reused: a cached location of an old value must be
         // seen stale by then (see Header::change_stamp).
+        #[cfg(test)]
+        test_pause::before_stamps();
         self.cx.header.bump_change_stamps(&self.touched);
+        self.settle_announced();
         let newest_snapshot = self.cx.header.newest_snapshot_generation();
         for i in 0..self.released.len() {
             let (block, birth) = self.released.get(i);
@@ -1006,6 +1032,14 @@ impl<'a> Txn<'a> {
         }
         self.released.clear();
         self.fresh.clear();
+    }
+
+    /// End what [`Txn::announce`] began (the stamps have moved, or nothing was published).
+    fn settle_announced(&mut self) {
+        if self.announced != 0 {
+            self.cx.header.end_in_place(self.announced);
+            self.announced = 0;
+        }
     }
 
     /// Undo an unpublished transaction: free what it allocated. Only valid when nothing was
@@ -1032,6 +1066,13 @@ impl<'a> Txn<'a> {
     }
 }
 
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // An error after the publish: the sequences must not stay odd.
+        self.settle_announced();
+    }
+}
+
 /// A spot from a remembered leaf has no path: changing the tree's shape from it would replace the
 /// root with the leaf. Callers check `replaceable_in_place` first; this is the guard if not.
 fn remembered_misused() -> StoreError {
@@ -1046,5 +1087,33 @@ pub(crate) fn max_inline_for(block_size: u64) -> u64 {
 impl From<StoreError> for std::io::Error {
     fn from(e: StoreError) -> Self {
         std::io::Error::from_raw_os_error(e.errno())
+    }
+}
+
+/// A pause between a publish and the move of its change stamps, for tests that look into that
+/// window (armed per thread; compiled into test builds only).
+#[cfg(test)]
+pub(crate) mod test_pause {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    thread_local! {
+        static ARMED: Cell<Option<Duration>> = const { Cell::new(None) };
+    }
+    /// Set while an armed thread sits in the window.
+    pub(crate) static IN_WINDOW: AtomicBool = AtomicBool::new(false);
+
+    /// Make this thread's next publish pause for `d` before its stamps move.
+    pub(crate) fn arm(d: Duration) {
+        ARMED.with(|a| a.set(Some(d)));
+    }
+
+    pub(super) fn before_stamps() {
+        if let Some(d) = ARMED.with(|a| a.take()) {
+            IN_WINDOW.store(true, Ordering::SeqCst);
+            std::thread::sleep(d);
+            IN_WINDOW.store(false, Ordering::SeqCst);
+        }
     }
 }

@@ -119,6 +119,9 @@ impl Store {
         // by the repair, as it holds a lock), never a published block in a dead writer's slot,
         // which the reaper would free while the tree still points at it.
         inner.alloc.readers().unreserve(slot);
+        // From the publish until the stamps have moved, the partitions' write sequences are
+        // odd: a reader at a remembered location does not take the old block for current.
+        let _announced = inner.header.in_place(held);
         if let Err(e) = txn.put_at(&spot, key, val) {
             txn.abort();
             inner.alloc.free_now(block);

@@ -152,4 +152,65 @@ mod tests {
             f.join().expect("filler");
         }
     }
+
+    /// A get from a remembered location in the window between a new block's publish and the
+    /// move of its key's stamp (held open by a test pause) returns the new value, as a get
+    /// through the tree does: both for a copy published in its leaf under the key's partition
+    /// lock, and for one that copies the leaf's path under every lock (after a commit).
+    #[test]
+    fn a_remembered_location_is_not_served_between_a_publish_and_its_stamp_move() {
+        use crate::tree::test_pause;
+        use std::sync::atomic::Ordering;
+        use std::time::Duration;
+        let sim = std::sync::Arc::new(iris_media::SimMedia::new(8 << 20));
+        let opts = crate::CreateOptions {
+            block_size: 4096,
+            size_limit_bytes: 8 << 20,
+            initial_bytes: 8 << 20,
+            inline_max: None,
+            buffer_bytes: 0,
+        };
+        let boot = crate::OpenOptions {
+            boot_id: Some(1),
+            commit_interval: None,
+        };
+        let s = super::super::Store::create_on(Box::new(sim), &opts, &boot).expect("create");
+        let key = Key::new(3, 4);
+        let mut buf = vec![0u8; 4096];
+        for (round, commit_first) in [(1u8, false), (2u8, true)] {
+            s.put_block(key, 4096, |out| out.fill(round * 10))
+                .expect("put");
+            // Remembered: the second get is served from the table.
+            for _ in 0..2 {
+                assert_eq!(s.get(key, &mut buf).expect("get"), Some(4096));
+                assert_eq!(buf[0], round * 10);
+            }
+            if commit_first {
+                s.commit().expect("commit"); // the next put copies the leaf's path
+            }
+            std::thread::scope(|t| {
+                let writer = t.spawn(|| {
+                    test_pause::arm(Duration::from_millis(300));
+                    s.put_block(key, 4096, |out| out.fill(round * 10 + 1))
+                        .expect("replace");
+                });
+                while !test_pause::IN_WINDOW.load(Ordering::SeqCst) {
+                    assert!(!writer.is_finished(), "the writer never paused");
+                    std::thread::yield_now();
+                }
+                let through_tree = s
+                    .get_with(key, |v| v[0])
+                    .expect("get_with")
+                    .expect("present");
+                assert_eq!(through_tree, round * 10 + 1, "the new block is published");
+                assert_eq!(s.get(key, &mut buf).expect("get"), Some(4096));
+                assert_eq!(
+                    buf[0],
+                    round * 10 + 1,
+                    "a remembered location served the old block"
+                );
+                writer.join().expect("writer");
+            });
+        }
+    }
 }
