@@ -324,6 +324,9 @@ pub(crate) struct Txn<'a> {
     /// Writer partitions whose write sequences this transaction made odd at its publish, made
     /// even again once its change stamps moved (see [`Txn::announce`]).
     announced: u64,
+    /// Committed or aborted (else its drop moves the stamps of what it touched: an error after
+    /// a publish must not leave remembered locations of the old values current).
+    finished: bool,
     /// Data blocks filled outside the lock that this transaction took over (see
     /// `store::prepared`): freed if it aborts, as its own fresh blocks are.
     adopted: Vec<u64>,
@@ -360,6 +363,7 @@ impl<'a> Txn<'a> {
             reserve: false,
             written_in_place: None,
             announced: 0,
+            finished: false,
             adopted: Vec::new(),
             finger: Cell::new(None),
         }
@@ -518,7 +522,7 @@ impl<'a> Txn<'a> {
     /// Insert or replace `key` at the spot `locate` found (nothing changed the tree since; the
     /// allocator may have).
     pub fn put_at(&mut self, spot: &Spot, key: Key, val: Val<'_>) -> Result<()> {
-        self.touched.touch(key);
+        self.touch(key);
         let Some(leaf) = spot.leaf.as_ref() else {
             let b = self.alloc()?;
             let mut nb = NodeBuilder::new(self.cx.region, &self.cx.layout, b, 0, self.wgen);
@@ -689,7 +693,7 @@ impl<'a> Txn<'a> {
         if !self.writable_in_place(&leaf) || words.iter().any(|(off, _)| off + 8 > bytes.len()) {
             return Ok(Some(false));
         }
-        self.touched.touch(leaf.key(i));
+        self.touch(leaf.key(i));
         let at = leaf.inline_value_off(i);
         for (off, w) in words {
             self.cx.region.write_u64(at + *off as u64, w.to_le());
@@ -707,7 +711,7 @@ impl<'a> Txn<'a> {
         if !matches!(leaf.value(i)?, Val::Block { .. }) || !self.writable_in_place(leaf) {
             return Ok(false);
         }
-        self.touched.touch(leaf.key(i));
+        self.touch(leaf.key(i));
         leaf.publish_block_len(i, len);
         Ok(true)
     }
@@ -725,7 +729,7 @@ impl<'a> Txn<'a> {
                 None => found.is_ok(),
             };
             if present {
-                self.touched.touch(key);
+                self.touch(key);
                 self.put_message(key, None)?;
             }
             return Ok(present);
@@ -734,7 +738,7 @@ impl<'a> Txn<'a> {
             return Ok(false);
         };
         let old = extend(leaf.value(i)?);
-        self.touched.touch(key);
+        self.touch(key);
         if leaf.count > 1 {
             // Remove the slot from the leaf itself if this transaction made it, else from a
             // copy: one block per leaf a batch of deletes touches, not one per delete.
@@ -975,6 +979,15 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
+    /// Note a change to `key` (its stamp moves at the publish); a single operation holding
+    /// every lock announces it before its first store (see [`Txn::announce`]).
+    fn touch(&mut self, key: Key) {
+        self.touched.touch(key);
+        if !self.publish_at_root {
+            self.announce();
+        }
+    }
+
     /// Before a transaction holding every lock publishes its root: make the write sequences of
     /// the partitions of the keys it changed odd until [`Txn::commit_publish`] has moved their
     /// change stamps. A reader that validates a remembered location by the stamp and the write
@@ -1014,6 +1027,7 @@ impl<'a> Txn<'a> {
         test_pause::before_stamps();
         self.cx.header.bump_change_stamps(&self.touched);
         self.settle_announced();
+        self.finished = true;
         let newest_snapshot = self.cx.header.newest_snapshot_generation();
         for i in 0..self.released.len() {
             let (block, birth) = self.released.get(i);
@@ -1046,6 +1060,7 @@ impl<'a> Txn<'a> {
     /// published (batches, or a single operation that failed before its publish).
     pub fn abort(mut self) {
         self.cx.header.bump_change_stamps(&self.touched);
+        self.finished = true;
         for b in self.fresh.take().iter() {
             self.cx.alloc.free_now(b);
         }
@@ -1068,7 +1083,11 @@ impl<'a> Txn<'a> {
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
-        // An error after the publish: the sequences must not stay odd.
+        if !self.finished {
+            // An error (or a panic) after a publish: the stamps move before the sequences turn
+            // even, as in `commit_publish` (a spare move where nothing was published).
+            self.cx.header.bump_change_stamps(&self.touched);
+        }
         self.settle_announced();
     }
 }

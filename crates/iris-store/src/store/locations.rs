@@ -153,20 +153,49 @@ mod tests {
         }
     }
 
-    /// A get from a remembered location in the window between a new block's publish and the
-    /// move of its key's stamp (held open by a test pause) returns the new value, as a get
-    /// through the tree does: both for a copy published in its leaf under the key's partition
-    /// lock, and for one that copies the leaf's path under every lock (after a commit).
-    #[test]
-    fn a_remembered_location_is_not_served_between_a_publish_and_its_stamp_move() {
+    /// While `write` runs on another thread paused between its publish and the move of its
+    /// stamps: a get of `key` through the tree and one from its remembered location both return
+    /// the new value (first byte `new`).
+    fn check_window(s: &super::super::Store, key: Key, new: u8, write: impl FnOnce() + Send) {
         use crate::tree::test_pause;
         use std::sync::atomic::Ordering;
         use std::time::Duration;
-        let sim = std::sync::Arc::new(iris_media::SimMedia::new(8 << 20));
+        let mut buf = vec![0u8; 4096];
+        for _ in 0..2 {
+            s.get(key, &mut buf).expect("get").expect("present"); // remembered
+        }
+        std::thread::scope(|t| {
+            let writer = t.spawn(|| {
+                test_pause::arm(Duration::from_millis(300));
+                write();
+            });
+            while !test_pause::IN_WINDOW.load(Ordering::SeqCst) {
+                assert!(!writer.is_finished(), "the writer never paused");
+                std::thread::yield_now();
+            }
+            let through_tree = s
+                .get_with(key, |v| v[0])
+                .expect("get_with")
+                .expect("present");
+            assert_eq!(through_tree, new, "the new block is published");
+            assert_eq!(s.get(key, &mut buf).expect("get"), Some(4096));
+            assert_eq!(buf[0], new, "a remembered location served the old block");
+            writer.join().expect("writer");
+        });
+    }
+
+    /// A get from a remembered location in the window between a new block's publish and the
+    /// move of its key's stamp (held open by a test pause) returns the new value, as a get
+    /// through the tree does, for every kind of publish: a block published in its leaf under
+    /// the key's partition lock; under every lock, a new root, a copied leaf published in a
+    /// parent written since the commit, a block published in a leaf written since the commit.
+    #[test]
+    fn a_remembered_location_is_not_served_between_a_publish_and_its_stamp_move() {
+        let sim = std::sync::Arc::new(iris_media::SimMedia::new(16 << 20));
         let opts = crate::CreateOptions {
             block_size: 4096,
-            size_limit_bytes: 8 << 20,
-            initial_bytes: 8 << 20,
+            size_limit_bytes: 16 << 20,
+            initial_bytes: 16 << 20,
             inline_max: None,
             buffer_bytes: 0,
         };
@@ -175,42 +204,25 @@ mod tests {
             commit_interval: None,
         };
         let s = super::super::Store::create_on(Box::new(sim), &opts, &boot).expect("create");
+        let fill = |k: Key, b: u8| s.put_block(k, 4096, |out| out.fill(b)).expect("put");
         let key = Key::new(3, 4);
-        let mut buf = vec![0u8; 4096];
-        for (round, commit_first) in [(1u8, false), (2u8, true)] {
-            s.put_block(key, 4096, |out| out.fill(round * 10))
-                .expect("put");
-            // Remembered: the second get is served from the table.
-            for _ in 0..2 {
-                assert_eq!(s.get(key, &mut buf).expect("get"), Some(4096));
-                assert_eq!(buf[0], round * 10);
-            }
-            if commit_first {
-                s.commit().expect("commit"); // the next put copies the leaf's path
-            }
-            std::thread::scope(|t| {
-                let writer = t.spawn(|| {
-                    test_pause::arm(Duration::from_millis(300));
-                    s.put_block(key, 4096, |out| out.fill(round * 10 + 1))
-                        .expect("replace");
-                });
-                while !test_pause::IN_WINDOW.load(Ordering::SeqCst) {
-                    assert!(!writer.is_finished(), "the writer never paused");
-                    std::thread::yield_now();
-                }
-                let through_tree = s
-                    .get_with(key, |v| v[0])
-                    .expect("get_with")
-                    .expect("present");
-                assert_eq!(through_tree, round * 10 + 1, "the new block is published");
-                assert_eq!(s.get(key, &mut buf).expect("get"), Some(4096));
-                assert_eq!(
-                    buf[0],
-                    round * 10 + 1,
-                    "a remembered location served the old block"
-                );
-                writer.join().expect("writer");
-            });
+        fill(key, 10);
+        // Under the key's partition lock, into its leaf (written since the last commit).
+        check_window(&s, key, 11, || fill(key, 11));
+        // Under every lock: after a commit, the put copies the leaf, which is the root.
+        s.commit().expect("commit");
+        check_window(&s, key, 12, || fill(key, 12));
+        // A tree of several leaves: after a commit, a first put copies its leaf's path up to
+        // the root; a put into another committed leaf then publishes its copy in that root.
+        let (a, b) = (Key::new(5, 0), Key::new(5, 399));
+        for i in 0..400 {
+            fill(Key::new(5, i), 1);
         }
+        s.commit().expect("commit");
+        fill(a, 2);
+        check_window(&s, b, 3, || fill(b, 3));
+        // And a put (every lock) of a value of the same length into that leaf, now written
+        // since the commit: published in the leaf.
+        check_window(&s, b, 4, || s.put(b, &[4u8; 4096]).expect("put"));
     }
 }
