@@ -988,9 +988,10 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// Before a transaction holding every lock publishes its root: make the write sequences of
-    /// the partitions of the keys it changed odd until [`Txn::commit_publish`] has moved their
-    /// change stamps. A reader that validates a remembered location by the stamp and the write
+    /// Before a transaction holding every lock makes a change visible (a new root, a copied
+    /// node stored in a parent, a block stored in a leaf, all written since the last commit):
+    /// make the write sequences of the partitions of the keys it changed odd until
+    /// [`Txn::commit_publish`] has moved their change stamps. A reader that validates a remembered location by the stamp and the write
     /// marks (see `KnownView`) then never takes the old location for current in the window
     /// between the publish and the stamps' move, nor after a writer killed in it (the next
     /// locker's repair moves every stamp and settles the sequences).
