@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use iris_store::BlockRef;
 
 use crate::inode::{Inode, INODE_BYTES};
+use crate::range_lock::RangeLock;
 
 /// Slots of the inode table (a power of two).
 const INODE_SLOTS: usize = 1 << 9;
@@ -212,6 +213,8 @@ pub struct FileCache {
     chunks: Box<[AtomicPtr<AtomicU64>]>,
     /// Run words, by group of `RUN_BLOCKS` file blocks modulo `RUNS`.
     runs: Box<[AtomicU64]>,
+    /// The byte ranges of this file that changes in flight in this process hold.
+    ranges: RangeLock,
 }
 
 /// An epoch of a [`FileCache`]: the state it was read in (its stamp and epoch number).
@@ -228,7 +231,14 @@ impl FileCache {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             runs: (0..RUNS).map(|_| AtomicU64::new(0)).collect(),
+            ranges: RangeLock::default(),
         }
+    }
+
+    /// The byte ranges in flight on this file in this process: every change of its bytes
+    /// through [`crate::Fs`] takes its range here first (see `range_lock`).
+    pub fn ranges(&self) -> &RangeLock {
+        &self.ranges
     }
 
     /// The inode this map belongs to.

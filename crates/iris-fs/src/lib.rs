@@ -10,7 +10,9 @@ mod dirent;
 mod errno;
 mod fs;
 mod inode;
+mod interval;
 mod keys;
+mod range_lock;
 mod sync_hint;
 mod xattr;
 
@@ -23,6 +25,7 @@ pub use fs::{
     Fs, StatFs, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, SYMLOOP_MAX,
 };
 pub use inode::Inode;
+pub use range_lock::{RangeGuard, RangeLock};
 
 /// The lock for this process's own tables (not the volume's): it spins and yields, never parks,
 /// so a child forked while the lock is held by a thread it lacks can simply force it open (a

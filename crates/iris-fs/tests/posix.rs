@@ -1114,3 +1114,136 @@ fn two_writers_filling_disjoint_ranges_of_a_new_file_with_large_writes_lose_no_b
     assert!(a.check().expect("check").problems.is_empty());
     assert_eq!(a.store().verify().expect("verify").leaked_blocks, 0);
 }
+
+/// Run `op` on another thread; returns a receiver that gets its result when it finishes.
+fn in_background<T: Send + 'static>(
+    op: impl FnOnce() -> T + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(op());
+    });
+    rx
+}
+
+#[test]
+fn changes_of_a_files_bytes_wait_for_overlapping_ranges_in_flight() {
+    use std::time::Duration;
+    let fs = Arc::new(fs());
+    let ino = create(&fs, b"/f");
+    fs.write(ino, 0, &vec![1u8; 64 * 1024]).expect("write");
+    let map = fs.file_cache(ino);
+    // A change in flight over bytes [8 KiB, 12 KiB).
+    let held = map.ranges().lock(8192, 12288);
+    let short = Duration::from_millis(100);
+    let long = Duration::from_secs(10);
+    // A write beside it, through the map or not, does not wait.
+    fs.write_file(&map, 0, &[2u8; 4096])
+        .expect("write")
+        .expect("not shadowed");
+    fs.write(ino, 16384, &[2u8; 100]).expect("write");
+    // Writes overlapping it, an append, a truncate, a zeroed range over it all wait (each
+    // started once the one before is in flight, so that they arrive in this order).
+    let arrived = |n: usize| {
+        let t = std::time::Instant::now();
+        while map.ranges().in_flight() != n {
+            assert!(t.elapsed() < long, "a change never arrived");
+            std::thread::yield_now();
+        }
+    };
+    let ops: Vec<Box<dyn FnOnce() -> Result<(), Errno> + Send>> = vec![
+        {
+            let (fs, map) = (Arc::clone(&fs), Arc::clone(&map));
+            Box::new(move || fs.write_file(&map, 12287, &[3u8; 2]).map(|_| ()))
+        },
+        {
+            let fs = Arc::clone(&fs);
+            Box::new(move || fs.write(ino, 4096, &[3u8; 8192]).map(|_| ()))
+        },
+        {
+            let fs = Arc::clone(&fs);
+            Box::new(move || fs.append(ino, b"tail").map(|_| ()))
+        },
+        {
+            let fs = Arc::clone(&fs);
+            Box::new(move || fs.zero_range(ino, 10000, 10, true))
+        },
+        {
+            let fs = Arc::clone(&fs);
+            Box::new(move || fs.truncate(ino, 100_000))
+        },
+    ];
+    let mut waiting = Vec::new();
+    for op in ops {
+        waiting.push(in_background(op));
+        arrived(1 + waiting.len());
+    }
+    for (i, w) in waiting.iter().enumerate() {
+        assert!(
+            w.recv_timeout(short).is_err(),
+            "change {i} ran inside the range"
+        );
+    }
+    assert_eq!(map.ranges().in_flight(), 1 + waiting.len());
+    let mut buf = vec![0u8; 4096];
+    fs.read(ino, 8192, &mut buf).expect("reads never wait");
+    assert!(
+        buf.iter().all(|&b| b == 1),
+        "nothing changed the held range yet"
+    );
+    drop(held);
+    for (i, w) in waiting.iter().enumerate() {
+        w.recv_timeout(long)
+            .unwrap_or_else(|_| panic!("change {i} never ran"))
+            .expect("change");
+    }
+    assert_eq!(map.ranges().in_flight(), 0);
+    // In the order they arrived: the append at the old end, then the truncate.
+    assert_eq!(fs.getattr(ino).expect("stat").size, 100_000);
+    fs.read(ino, 65536, &mut buf[..4]).expect("read");
+    assert_eq!(&buf[..4], b"tail");
+    fs.read(ino, 9990, &mut buf[..30]).expect("read");
+    assert_eq!(&buf[..30], &[[3u8; 10], [0u8; 10], [3u8; 10]].concat()[..]);
+}
+
+#[test]
+fn a_forked_child_forgets_the_ranges_its_parents_threads_held() {
+    let fs = Arc::new(fs());
+    let ino = create(&fs, b"/f");
+    let map = fs.file_cache(ino);
+    // Another thread holds the whole file (a change in flight) at the fork.
+    let (held_tx, held) = std::sync::mpsc::channel();
+    let (_go, wait) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let map = Arc::clone(&map);
+        std::thread::spawn(move || {
+            let _g = map.ranges().lock(0, u64::MAX);
+            held_tx.send(()).expect("send");
+            let _ = wait.recv();
+        })
+    };
+    held.recv().expect("held");
+    fs.lock_for_fork();
+    // SAFETY (test): stands for the child's side of the fork just prepared; the holder thread
+    // is parked on its channel and touches nothing meanwhile.
+    unsafe { fs.unlock_in_child() };
+    // The child's own writes do not wait for a thread it does not have.
+    let done = {
+        let (fs, map) = (Arc::clone(&fs), Arc::clone(&map));
+        in_background(move || {
+            fs.write_file(&map, 0, b"child")?;
+            fs.truncate(ino, 3)
+        })
+    };
+    done.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the child's changes waited for its parent's thread")
+        .expect("write and truncate");
+    assert_eq!(map.ranges().in_flight(), 0);
+    drop(_go);
+    holder.join().expect("holder");
+    assert_eq!(
+        map.ranges().in_flight(),
+        0,
+        "the old guard released nothing"
+    );
+}

@@ -2,10 +2,11 @@
 //! process-local lock held by any other thread at that instant would stay held in the child for
 //! ever. The prepare handler takes every such lock (the opening of the volume, the Iris working
 //! directory, the shadow table, the first open of the record-lock file, the table of mappings,
-//! the file system's tables of open counts and block maps) so the fork happens between
-//! operations; both sides release them after. Locks in the volume's shared memory need nothing:
-//! the parent's threads live on and release them. (vfork and posix_spawn run no handlers and
-//! need none: the child runs nothing of Iris before exec.)
+//! the file system's tables of open counts and block maps, the range lock of each open file)
+//! so the fork happens between operations; both sides release them after, and the child
+//! forgets the byte ranges the parent's threads held in flight. Locks in the volume's shared
+//! memory need nothing: the parent's threads live on and release them. (vfork and posix_spawn
+//! run no handlers and need none: the child runs nothing of Iris before exec.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,11 +21,24 @@ extern "C" fn prepare() {
     }
 }
 
-extern "C" fn release() {
+extern "C" fn release_parent() {
     if let Some(fs) = crate::state::fs_if_open() {
-        // SAFETY: prepare took these locks in this thread (or in the parent of this child).
+        // SAFETY: prepare took these locks in this thread.
         unsafe { fs.unlock_after_fork() };
     }
+    release();
+}
+
+extern "C" fn release_child() {
+    if let Some(fs) = crate::state::fs_if_open() {
+        // SAFETY: prepare took these locks in the parent of this child, in this thread.
+        unsafe { fs.unlock_in_child() };
+    }
+    release();
+}
+
+/// Release what both sides release alike.
+fn release() {
     crate::mappings::unlock_after_fork();
     crate::locks::unlock_after_fork();
     crate::shadow::unlock_after_fork();
@@ -39,6 +53,6 @@ pub(crate) fn install() {
     static INSTALLED: AtomicBool = AtomicBool::new(false);
     if !INSTALLED.swap(true, Ordering::AcqRel) {
         // SAFETY: registering plain extern "C" functions.
-        unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        unsafe { libc::pthread_atfork(Some(prepare), Some(release_parent), Some(release_child)) };
     }
 }

@@ -1,6 +1,7 @@
 //! The extent of a file's bytes: `truncate` (down frees the blocks past the end, up leaves a
 //! hole), fallocate's zeroed and punched ranges, and `SEEK_DATA`/`SEEK_HOLE` over the blocks
-//! present. Each change is one transaction: whole or absent after a crash.
+//! present. Each change is one transaction: whole or absent after a crash, and takes the bytes
+//! it may change in the file's range lock first (see `range_lock`).
 
 use crate::errno::{Errno, FsResult};
 use crate::inode::now_ns;
@@ -15,6 +16,9 @@ impl Fs {
         if len / bs > MAX_OFFSET {
             return Err(Errno::EFBIG);
         }
+        // Every byte from the new or the old end on may change: the whole file's range.
+        let open = self.open_file_cache(ino);
+        let _range = open.as_ref().map(|f| f.ranges().lock(0, u64::MAX));
         let now = now_ns();
         self.tx(|tx| {
             let mut i = get_inode_tx(tx, ino)?;
@@ -71,6 +75,11 @@ impl Fs {
         if end / bs > MAX_OFFSET {
             return Err(Errno::EFBIG);
         }
+        // The range, and past it when the size may grow (see `range_lock`).
+        let open = self.open_file_cache(ino);
+        let _range = open
+            .as_ref()
+            .map(|f| f.ranges().lock(off, if keep_size { end } else { u64::MAX }));
         let now = now_ns();
         self.tx(|tx| {
             if keep_size {

@@ -80,6 +80,8 @@ pub struct Fs {
     file_caches: Mutex<HashMap<u64, Weak<FileCache>>>,
     /// Files synced since their last write (see `sync_hint`).
     sync_hints: SyncHints,
+    /// The block maps whose range locks `lock_for_fork` took (only the forking thread uses it).
+    forking: Mutex<Vec<Arc<FileCache>>>,
 }
 
 fn store_err(e: iris_store::StoreError) -> Errno {
@@ -323,6 +325,7 @@ impl Fs {
             caches: Caches::new(),
             file_caches: Mutex::new(HashMap::new()),
             sync_hints: SyncHints::new(),
+            forking: Mutex::new(Vec::new()),
         })
     }
 
@@ -432,21 +435,53 @@ impl Fs {
         c
     }
 
-    /// Hold this process's own locks of the file system (the table of open counts and of block
-    /// maps) across a `fork()`, so the child does not inherit one held by a thread it lacks.
-    /// Call from a `pthread_atfork` prepare handler; [`Fs::unlock_after_fork`] follows in both
-    /// the parent and the child.
-    pub fn lock_for_fork(&self) {
-        std::mem::forget(self.open_counts.lock());
-        std::mem::forget(self.file_caches.lock());
+    /// The range lock of `ino` in this process (in its block map), if a file of it is open here:
+    /// changes made without the open file's map take their ranges through this.
+    pub(crate) fn open_file_cache(&self, ino: u64) -> Option<Arc<FileCache>> {
+        self.file_caches.lock().get(&ino).and_then(Weak::upgrade)
     }
 
-    /// Release what [`Fs::lock_for_fork`] took.
+    /// Hold this process's own locks of the file system (the table of open counts, of block
+    /// maps, and the range lock of every open file's map) across a `fork()`, so the child does
+    /// not inherit one held by a thread it lacks. Call from a `pthread_atfork` prepare handler;
+    /// [`Fs::unlock_after_fork`] follows in the parent, [`Fs::unlock_in_child`] in the child.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.open_counts.lock());
+        let map = self.file_caches.lock();
+        let open: Vec<Arc<FileCache>> = map.values().filter_map(Weak::upgrade).collect();
+        for c in &open {
+            c.ranges().lock_for_fork();
+        }
+        *self.forking.lock() = open;
+        std::mem::forget(map);
+    }
+
+    /// Release what [`Fs::lock_for_fork`] took, in the parent.
     ///
     /// # Safety
-    /// Only after `lock_for_fork` on this `Fs`, in the thread that called it (parent) or the
-    /// child it forked.
+    /// Only after `lock_for_fork` on this `Fs`, in the thread that called it.
     pub unsafe fn unlock_after_fork(&self) {
+        for c in std::mem::take(&mut *self.forking.lock()) {
+            // SAFETY: lock_for_fork took it in this thread and forgot the guard.
+            unsafe { c.ranges().unlock_after_fork() };
+        }
+        // SAFETY: per the contract, lock_for_fork left both locked with their guards forgotten.
+        unsafe {
+            self.file_caches.force_unlock();
+            self.open_counts.force_unlock();
+        }
+    }
+
+    /// Release what [`Fs::lock_for_fork`] took, in the child: the ranges in flight belonged
+    /// to the parent's threads, none of which the child has, and are forgotten.
+    ///
+    /// # Safety
+    /// Only in the child of a fork that `lock_for_fork` on this `Fs` preceded.
+    pub unsafe fn unlock_in_child(&self) {
+        for c in std::mem::take(&mut *self.forking.lock()) {
+            // SAFETY: lock_for_fork took it before the fork; this is the child's only thread.
+            unsafe { c.ranges().clear_in_child() };
+        }
         // SAFETY: per the contract, lock_for_fork left both locked with their guards forgotten.
         unsafe {
             self.file_caches.force_unlock();

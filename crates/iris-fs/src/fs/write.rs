@@ -4,7 +4,10 @@
 //! written since the last commit (found from the open file's block map when it knows it), else
 //! copied to a new block. Several blocks: rewritten under their partitions' locks when all were
 //! written since the last commit, else one transaction. An `O_APPEND` write reads the size and
-//! writes in one transaction, so appenders never interleave.
+//! writes in one transaction, so appenders never interleave. A write takes its byte range in
+//! the file's range lock (see `range_lock`) before anything the store serves under more than
+//! the written blocks' partition locks, and before anything at all while the lock's tree holds
+//! a range.
 
 use std::cell::Cell;
 
@@ -222,6 +225,26 @@ impl Fs {
         if end / bs > MAX_OFFSET {
             return Err(Errno::EFBIG);
         }
+        // The byte range in the file's range lock (see `range_lock`): without the open file's
+        // map, through the map of the inode's open file here if there is one. Taken at once
+        // when the tree holds anything; else only before a way the store serves under more
+        // than the written blocks' partition locks (which order writes of the same blocks by
+        // themselves, and which two writers of disjoint ranges rarely share).
+        let open_elsewhere = if file.is_none() {
+            self.open_file_cache(ino)
+        } else {
+            None
+        };
+        let ranges = file.or(open_elsewhere.as_deref()).map(FileCache::ranges);
+        let mut range = None;
+        let mut hold_range = || {
+            if range.is_none() {
+                range = ranges.map(|r| r.lock(off, end));
+            }
+        };
+        if ranges.is_some_and(|r| !r.is_idle()) {
+            hold_range();
+        }
         let first = off / bs;
         let last = (end - 1) / bs;
         // Where the block is (the file's map word, else the leaf) is needed first: let the
@@ -280,6 +303,7 @@ impl Fs {
                         return Ok(Some(data.len()));
                     }
                 }
+                hold_range();
                 let put = self
                     .store
                     .put_block_then_patch(
@@ -321,6 +345,7 @@ impl Fs {
                         out[..in_block].fill(0);
                         out[in_block..].copy_from_slice(data);
                     };
+                    hold_range();
                     let grown = self
                         .store
                         .insert_growing_then_patch(k, end_in_block, fill, then())
@@ -353,6 +378,7 @@ impl Fs {
                 }
                 // Copied (a committed block, or a new one): the size and times in the same
                 // hold of the locks, skipped as for the writes above.
+                hold_range();
                 let put = self
                     .store
                     .put_sized_then_patch(
@@ -383,6 +409,7 @@ impl Fs {
         if let Some(done) = self.overwrite_blocks(ino, off, data, now, honor_shadow)? {
             return Ok(done);
         }
+        hold_range();
         // The blocks this write covers whole are copied before the transaction, outside every
         // lock: it then holds them only for its walk down the tree.
         let first_whole = off.div_ceil(bs);
@@ -461,6 +488,9 @@ impl Fs {
     pub fn append(&self, ino: u64, data: &[u8]) -> FsResult<u64> {
         // The size read and the write must not interleave with another appender: one transaction.
         let bs = self.block_size;
+        // Where it lands is known only inside: the whole file's range (see `range_lock`).
+        let open = self.open_file_cache(ino);
+        let _range = open.as_ref().map(|f| f.ranges().lock(0, u64::MAX));
         let now = now_ns();
         self.tx(|tx| {
             let mut i = get_inode_tx(tx, ino)?;
