@@ -649,6 +649,20 @@ impl Inner {
         }
     }
 
+    /// Inside a read section: the bytes of `key`'s value where this process last found it
+    /// (see `locations`), if they still are its value: its change stamp reads what it read
+    /// then, with no change in place of its partition begun or under way meanwhile. The
+    /// section keeps the block from reuse while the caller holds the bytes.
+    #[inline]
+    fn remembered_in_section(&self, key: Key) -> Option<&[u8]> {
+        let (stamp, at) = self.locations.get(key)?;
+        let marks = self.in_place_marks(std::iter::once(key))?;
+        if self.header.change_stamp(key) != stamp || !self.unchanged_since(&marks) {
+            return None;
+        }
+        self.block_bytes(at).ok()
+    }
+
     /// Enter a lock-free read section (see `readers`), or take the lock if the reader table is
     /// full. Either keeps every block reachable from the working root from being reused.
     fn read_section(&self) -> Result<ReadSection<'_>> {
@@ -838,16 +852,28 @@ impl Store {
     }
 
     /// Call `f` with the value of `key` in place (no copy), without taking the volume lock. `f`
-    /// must not write to this store (a write waits for readers, `f` among them).
+    /// must not write to this store (a write waits for readers, `f` among them). A value this
+    /// process found before is served from where it was found, without a walk down the tree,
+    /// while its change stamp and write marks say it is still there (see `locations`).
     pub fn get_with<R>(&self, key: Key, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         let inner = &*self.inner;
         let _r = inner.read_section()?;
+        if let Some(bytes) = inner.remembered_in_section(key) {
+            return Ok(Some(f(bytes)));
+        }
+        // Read before the lookup, as `get` does: a location remembered with them is at least
+        // as new as the stamp, and none is remembered if a change in place overlapped.
+        let stamp = inner.header.change_stamp(key);
+        let marks = inner.in_place_marks(std::iter::once(key));
         let cx = inner.cx();
         match cx.lookup(inner.header.working_root(), key)? {
             None => Ok(None),
             Some(v) => {
-                if let Val::Block { .. } = v {
+                if let Val::Block { block, len, .. } = v {
                     inner.latency.on_read(1);
+                    if marks.is_some_and(|m| inner.unchanged_since(&m)) {
+                        inner.locations.put(key, stamp, BlockRef { block, len });
+                    }
                 }
                 Ok(Some(f(Node::value_bytes(&inner.region, &inner.layout, v))))
             }

@@ -1570,10 +1570,13 @@ fn a_get_from_a_remembered_location_sees_every_change_after_it() {
     let key = Key::new(4, 7);
     let mut buf = vec![0u8; 4096];
     let get = |buf: &mut Vec<u8>| s.get(key, buf).expect("get");
+    // `get_with` serves remembered locations too: it must see what `get` sees.
+    let with = || s.get_with(key, |v| v.to_vec()).expect("get_with");
     s.put_block(key, 4096, |out| out.fill(1)).expect("put");
     assert_eq!(get(&mut buf), Some(4096));
     assert_eq!(get(&mut buf), Some(4096), "from the remembered location");
     assert!(buf.iter().all(|&b| b == 1));
+    assert_eq!(with().as_deref(), Some(&buf[..]));
     // Committed, then replaced: a new block (copy on write).
     s.commit().expect("commit");
     s.put_block(key, 4096, |out| out.fill(2)).expect("replace");
@@ -1582,6 +1585,7 @@ fn a_get_from_a_remembered_location_sees_every_change_after_it() {
         buf.iter().all(|&b| b == 2),
         "stale bytes after a replacement"
     );
+    assert_eq!(with().as_deref(), Some(&buf[..]));
     // Changed in place (the block is the working generation's): same location, new bytes.
     let none = || None::<iris_store::NoPatch>;
     assert!(s
@@ -1591,6 +1595,7 @@ fn a_get_from_a_remembered_location_sees_every_change_after_it() {
     assert_eq!(get(&mut buf), Some(4096));
     assert_eq!(&buf[100..150], &[3u8; 50][..]);
     assert_eq!(buf[99], 2);
+    assert_eq!(with().as_deref(), Some(&buf[..]));
     // Replaced again and committed: the freed blocks go to other keys.
     s.put_block(key, 4096, |out| out.fill(4)).expect("replace");
     s.commit().expect("commit");
@@ -1600,12 +1605,48 @@ fn a_get_from_a_remembered_location_sees_every_change_after_it() {
     }
     assert_eq!(get(&mut buf), Some(4096));
     assert!(buf.iter().all(|&b| b == 4), "bytes of a reused block");
+    assert_eq!(with().as_deref(), Some(&buf[..]));
     // A shorter value, then none.
     s.put(key, &[7u8; 10]).expect("inline");
     assert_eq!(get(&mut buf), Some(10));
     assert_eq!(&buf[..10], &[7u8; 10][..]);
+    assert_eq!(with().as_deref(), Some(&buf[..10]));
     assert!(s.delete(key).expect("delete"));
     assert_eq!(get(&mut buf), None);
+    assert_eq!(with(), None);
+}
+
+#[test]
+fn a_get_with_from_a_remembered_location_sees_every_change_after_it() {
+    // `get_with` alone: its own lookups fill the table its later calls read from.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(4, 9);
+    let with = || s.get_with(key, |v| v.to_vec()).expect("get_with");
+    s.put_block(key, 4096, |out| out.fill(1)).expect("put");
+    assert_eq!(with(), Some(vec![1u8; 4096]));
+    assert_eq!(
+        with(),
+        Some(vec![1u8; 4096]),
+        "from the remembered location"
+    );
+    s.commit().expect("commit");
+    s.put_block(key, 4096, |out| out.fill(2)).expect("replace");
+    assert_eq!(
+        with(),
+        Some(vec![2u8; 4096]),
+        "stale bytes after a replacement"
+    );
+    s.put_block(key, 4096, |out| out.fill(3)).expect("replace");
+    s.commit().expect("commit");
+    for i in 0..8u64 {
+        s.put_block(Key::new(5, i), 4096, |out| out.fill(9))
+            .expect("reuse freed blocks");
+    }
+    assert_eq!(with(), Some(vec![3u8; 4096]), "bytes of a reused block");
+    s.put(key, &[7u8; 10]).expect("inline");
+    assert_eq!(with(), Some(vec![7u8; 10]));
+    assert!(s.delete(key).expect("delete"));
+    assert_eq!(with(), None);
 }
 
 #[test]
@@ -1703,7 +1744,7 @@ fn a_get_never_returns_a_value_older_than_one_another_get_already_returned() {
         }
     }
     std::thread::scope(|t| {
-        let readers: Vec<_> = (0..2)
+        let readers: Vec<_> = (0..3)
             .map(|r| {
                 let (s, max_seen, stop) = (&s, &max_seen, &stop);
                 t.spawn(move || {
@@ -1715,12 +1756,21 @@ fn a_get_never_returns_a_value_older_than_one_another_get_already_returned() {
                             // Remembered locations (after the first get of each new block).
                             s.get(key, &mut buf).expect("get").expect("present");
                             u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"))
-                        } else {
-                            // Through the tree, every time.
+                        } else if r == 1 {
+                            // In place, from remembered locations too.
                             s.get_with(key, |b| {
                                 u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
                             })
                             .expect("get_with")
+                            .expect("present")
+                        } else {
+                            // Through the tree, every time.
+                            s.read(|view| {
+                                view.get_with(key, |b| {
+                                    u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
+                                })
+                            })
+                            .expect("read")
                             .expect("present")
                         };
                         assert!(v >= floor, "got version {v} after {floor} was returned");

@@ -2,8 +2,11 @@
 //! stamp, block) entries, so that [`Store::get`](super::Store::get) of a value seen before goes
 //! straight to its block, with no read section and no walk down the tree, and checks afterwards
 //! that the key's change stamp and its partition's write marks did not move (a stamp moves
-//! before the value's block can be reused: see `Header::change_stamp`). A hint table: a stale,
-//! lost or overwritten entry only sends a lookup the long way.
+//! before the value's block can be reused: see `Header::change_stamp`);
+//! [`Store::get_with`](super::Store::get_with) checks them before it hands the bytes over,
+//! inside a read section that keeps the block from reuse. A hint table: a stale, lost or
+//! overwritten entry only sends a lookup the long way. Its size follows the volume's (a slot
+//! per two blocks, 64K to 2M slots of 64 bytes, touched only where gets land).
 //!
 //! Each slot is seqlocked by its own word (odd while a fill writes it); readers never wait and
 //! a fill that finds its slot busy is dropped. Only atomics: nothing here can be held across a
@@ -14,8 +17,10 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use super::BlockRef;
 use crate::key::Key;
 
-/// Slots of the table (a power of two): 4 MiB of address space, touched only where gets land.
-const SLOTS: usize = 1 << 16;
+/// Fewest slots of a table: 4 MiB of address space, touched only where gets land.
+const MIN_SLOTS: usize = 1 << 16;
+/// Most slots of a table: 128 MiB of address space (a 8 GiB volume of 4 KiB blocks and more).
+const MAX_SLOTS: usize = 1 << 21;
 
 #[repr(align(64))]
 struct Slot {
@@ -33,8 +38,18 @@ pub(super) struct Locations {
 }
 
 impl Locations {
-    pub(super) fn new() -> Locations {
-        let layout = std::alloc::Layout::array::<Slot>(SLOTS).expect("a table of constant size");
+    /// A table for a volume of `blocks` blocks: a slot per two blocks (a power of two, within
+    /// `MIN_SLOTS..=MAX_SLOTS`), so that the values of a volume mostly full of out-of-line
+    /// values mostly have a slot of their own.
+    pub(super) fn for_volume(blocks: u64) -> Locations {
+        let want = usize::try_from(blocks / 2).unwrap_or(MAX_SLOTS);
+        Self::with_slots(want.clamp(MIN_SLOTS, MAX_SLOTS).next_power_of_two())
+    }
+
+    /// A table of `slots` slots (a power of two).
+    fn with_slots(slots: usize) -> Locations {
+        debug_assert!(slots.is_power_of_two());
+        let layout = std::alloc::Layout::array::<Slot>(slots).expect("a table of bounded size");
         // SAFETY: the layout is not zero-sized; zeroed memory is a valid `Slot` (atomic
         // integers: an empty slot), so the slice may be built over it and owned by a Box with
         // the same layout (the global allocator's, which Box frees with). Zeroed allocation
@@ -44,7 +59,7 @@ impl Locations {
             if p.is_null() {
                 std::alloc::handle_alloc_error(layout);
             }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, SLOTS))
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, slots))
         };
         Locations { slots }
     }
@@ -53,7 +68,7 @@ impl Locations {
     fn slot(&self, key: Key) -> &Slot {
         let h =
             key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.lo.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-        &self.slots[((h ^ (h >> 29)) as usize) & (SLOTS - 1)]
+        &self.slots[((h ^ (h >> 29)) as usize) & (self.slots.len() - 1)]
     }
 
     /// Where `key`'s value was last found, and its change stamp then, if this slot holds it.
@@ -108,7 +123,7 @@ mod tests {
 
     #[test]
     fn an_entry_answers_for_its_own_key_only_and_the_last_fill_wins() {
-        let l = Locations::new();
+        let l = Locations::with_slots(MIN_SLOTS);
         let (k, at) = (Key::new(3, 9), BlockRef::new(1234, 4096));
         assert_eq!(l.get(k), None);
         l.put(k, 7, at);
@@ -126,8 +141,16 @@ mod tests {
     }
 
     #[test]
+    fn a_table_grows_with_its_volume_within_bounds() {
+        assert_eq!(Locations::for_volume(0).slots.len(), MIN_SLOTS);
+        assert_eq!(Locations::for_volume(1 << 20).slots.len(), 1 << 19);
+        assert_eq!(Locations::for_volume((1 << 20) + 3).slots.len(), 1 << 20);
+        assert_eq!(Locations::for_volume(u64::MAX).slots.len(), MAX_SLOTS);
+    }
+
+    #[test]
     fn concurrent_fills_never_mix_entries() {
-        let l = std::sync::Arc::new(Locations::new());
+        let l = std::sync::Arc::new(Locations::with_slots(MIN_SLOTS));
         // Two keys that share a slot, each always filled with its own (stamp, block).
         let a = Key::new(1, 1);
         let b = (2..u64::MAX)

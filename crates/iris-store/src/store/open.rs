@@ -413,7 +413,7 @@ impl Store {
             undo: Undo::new(region, layout),
             failed: AtomicBool::new(false),
             recovered,
-            locations: super::locations::Locations::new(),
+            locations: super::locations::Locations::for_volume(layout.max_blocks),
         });
         let mut store = Store {
             inner,
