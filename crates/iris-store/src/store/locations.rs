@@ -32,6 +32,21 @@ struct Slot {
     at: AtomicU64,
 }
 
+/// Ask for transparent huge pages under the whole pages of `[start, start + len)` (a hint,
+/// honoured where the kernel's `enabled` setting is `madvise` or `always`): a big table's slots
+/// land at random, and with 4 KiB pages each get would miss the TLB on the table as well as on
+/// the value's block.
+fn prefer_huge_pages(start: *const u8, len: usize) {
+    const PAGE: usize = 4096;
+    let first = (start as usize).next_multiple_of(PAGE);
+    let end = (start as usize + len) & !(PAGE - 1);
+    if end > first {
+        // SAFETY: madvise with MADV_HUGEPAGE changes no contents, only how the kernel backs
+        // pages of this process's own allocation (`[first, end)` lies inside it).
+        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
+    }
+}
+
 /// The table of one open store.
 pub(super) struct Locations {
     slots: Box<[Slot]>,
@@ -61,6 +76,7 @@ impl Locations {
             }
             Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, slots))
         };
+        prefer_huge_pages(slots.as_ptr().cast(), std::mem::size_of_val(&*slots));
         Locations { slots }
     }
 
