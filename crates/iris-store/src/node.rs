@@ -521,6 +521,34 @@ impl Node {
         })
     }
 
+    /// Leaf private to the working tree (published or not): add `key` with the out-of-line
+    /// value `val` as a new last slot, if it fits. Nothing a reader can see moves: the slot is
+    /// written past the end, then the count grows by one store, so a reader (or a process killed
+    /// between the two) sees the leaf without the key or with it whole. The caller holds every
+    /// writer lock (one appender per leaf) and `key` sorts after every key of the leaf.
+    pub fn append_block_slot(&self, key: Key, block: u64, gen: u64, len: u32) -> Option<Node> {
+        debug_assert!(self.is_leaf());
+        debug_assert!(self.count == 0 || self.key(self.count - 1) < key);
+        let heap = u64::from(self.region.read_u32(self.off + H_HEAP));
+        let slots_end = NODE_HEADER + u64::from(self.count) * LEAF_SLOT;
+        if slots_end + LEAF_SLOT > heap || self.count == u16::MAX {
+            return None;
+        }
+        let at = self.slot_off(self.count);
+        self.region.write_u64(at, key.hi);
+        self.region.write_u64(at + 8, key.lo);
+        self.region.write_u64(at + 16, block);
+        self.region.write_u64(at + 24, gen);
+        self.region.write_u32(at + 32, len);
+        self.region.write_u32(at + 36, FLAG_BLOCK);
+        self.mark_dirty(self.count);
+        let count = self.count + 1;
+        // The slot's bytes before the count that makes them visible.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.region.write_u16(self.off + H_COUNT, count);
+        Some(Node { count, ..*self })
+    }
+
     /// Leaf, unpublished only: remove slot `pos`, shifting later slots down. An inline value's
     /// heap bytes stay behind unused until the leaf is next rebuilt.
     pub fn remove_slot(&self, pos: u16) -> Node {
@@ -703,6 +731,49 @@ mod tests {
             Node::load(region, &layout, backed, leaf_b, Some(0)).expect("leaf"),
             Node::load(region, &layout, backed, inner_b, Some(1)).expect("inner"),
         )
+    }
+
+    #[test]
+    fn a_slot_appended_in_place_shows_whole_only_with_the_count_that_names_it() {
+        let layout = Layout::new(4096, 64).expect("layout");
+        let mut buf = vec![0u64; ((layout.data_start + 2) * 4096 / 8) as usize];
+        let keys: Vec<Key> = (0..10).map(|i| Key::new(7, i * 2)).collect();
+        let (leaf, _) = nodes(&mut buf, &keys);
+        let backed = layout.data_start + 2;
+        let reload =
+            || Node::load(leaf.region, &layout, backed, leaf.block, Some(0)).expect("leaf");
+        let mut n = leaf;
+        for i in 0..200u64 {
+            let key = Key::new(8, i);
+            let at = layout.data_start + i % 2;
+            match n.append_block_slot(key, at, 3, 4096) {
+                Some(next) => {
+                    // The leaf as a reader loads it now: the new key last, whole, the others
+                    // where they were.
+                    let r = reload();
+                    assert_eq!(r.count, next.count);
+                    assert_eq!(r.search(key), Ok(r.count - 1));
+                    assert!(matches!(
+                        r.value(r.count - 1).expect("value"),
+                        Val::Block { block, len: 4096, gen: 3 } if block == at
+                    ));
+                    for (j, k) in keys.iter().enumerate() {
+                        assert_eq!(r.search(*k), Ok(j as u16));
+                    }
+                    assert!(r.dirty_slots().any(|d| d == r.count - 1));
+                    n = next;
+                }
+                None => {
+                    // Full: nothing written that a reader could see.
+                    let r = reload();
+                    assert_eq!(r.count, n.count);
+                    assert!(i > 50, "a 4 KiB leaf holds more than {} slots", n.count);
+                    assert!(NODE_HEADER + (u64::from(r.count) + 1) * LEAF_SLOT > r.heap);
+                    return;
+                }
+            }
+        }
+        panic!("a 4 KiB leaf never filled");
     }
 
     #[test]

@@ -641,6 +641,18 @@ impl<'a> Txn<'a> {
             }
             Err(_) if spot.remembered => Err(remembered_misused()),
             Err(pos) => {
+                // Past the last key of a leaf private to the working tree (a file growing at
+                // its end), holding every lock: appended where it is, visible by one store
+                // (see `Node::append_block_slot`), no copy of the leaf.
+                if let Val::Block { block, len, gen } = val {
+                    if pos == leaf.count
+                        && !self.in_place
+                        && self.writable_in_place(&leaf)
+                        && leaf.append_block_slot(key, block, gen, len).is_some()
+                    {
+                        return Ok(());
+                    }
+                }
                 // Room in the leaf: insert into a copy (or into the leaf itself if this
                 // transaction made it) instead of rebuilding.
                 if self.is_fresh(leaf.block) {
