@@ -45,6 +45,15 @@ pub trait Media: Send + Sync {
     /// hint that can take milliseconds per 2 MiB the first time: call it off the I/O path. The
     /// bytes do not change. Media without such pages do nothing.
     fn settle_pages(&self) {}
+    /// Whether a growth asked for backing ahead of need (see [`Media::grow_ahead`]).
+    fn wants_grow_ahead(&self) -> bool {
+        false
+    }
+    /// Back the bytes that the last growth asked to have ready ahead of need (allocated, and on
+    /// a RAM drive mapped), so that the next growth finds them and costs nothing: call it off
+    /// the I/O path, holding no lock. A hint: a failure here leaves the growth to do it (and to
+    /// report it). Media that grow no further do nothing.
+    fn grow_ahead(&self) {}
 }
 
 impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
@@ -71,5 +80,11 @@ impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
     }
     fn settle_pages(&self) {
         (**self).settle_pages()
+    }
+    fn wants_grow_ahead(&self) -> bool {
+        (**self).wants_grow_ahead()
+    }
+    fn grow_ahead(&self) {
+        (**self).grow_ahead()
     }
 }

@@ -35,7 +35,14 @@ pub struct MappedMedia {
     latency: LatencyModel,
     /// Bytes from the start that `settle_pages` has already asked to be huge pages.
     settled: AtomicU64,
+    /// The length the last growth asked the file to reach ahead of need (see
+    /// [`Media::grow_ahead`]); 0 when nothing is asked.
+    ahead: AtomicU64,
 }
+
+/// How far past a growth's end the file is backed ahead of need: at least the store's largest
+/// growth step, so that each growth finds its space ready.
+const GROW_AHEAD_BYTES: u64 = 64 << 20;
 
 impl MappedMedia {
     /// Open (or, with `create`, create) the volume at `path`, lock it in `mode`, and map
@@ -98,6 +105,7 @@ impl MappedMedia {
             kind,
             latency: LatencyModel::from_env(),
             settled: AtomicU64::new(0),
+            ahead: AtomicU64::new(0),
         };
         if kind != MediaKind::BlockDevice && media.backed_len() < min_len_bytes {
             media.grow(min_len_bytes)?;
@@ -242,6 +250,13 @@ impl Media for MappedMedia {
         }
         // Several processes may grow at once: only ever extend, never shrink.
         let current = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        // The next growth's space, ready before it is needed (see `Media::grow_ahead`).
+        let ahead = len_bytes
+            .saturating_add(GROW_AHEAD_BYTES)
+            .min(self.mapped_len());
+        if ahead > current.max(len_bytes) {
+            self.ahead.fetch_max(ahead, Ordering::AcqRel);
+        }
         if current >= len_bytes {
             return Ok(());
         }
@@ -250,6 +265,25 @@ impl Media for MappedMedia {
             self.populate(current, len_bytes);
         }
         Ok(())
+    }
+
+    fn wants_grow_ahead(&self) -> bool {
+        self.ahead.load(Ordering::Relaxed) != 0
+    }
+
+    fn grow_ahead(&self) {
+        let to = self.ahead.swap(0, Ordering::AcqRel);
+        if to == 0 || self.kind == MediaKind::BlockDevice {
+            return;
+        }
+        let current = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        if current >= to {
+            return;
+        }
+        // (A failure, such as no room, is the growth's to meet and report.)
+        if self.allocate(current, to).is_ok() && self.kind == MediaKind::Ram {
+            self.populate(current, to);
+        }
     }
 
     fn persist(&self, offset: u64, len: u64) -> Result<(), MediaError> {
@@ -341,5 +375,53 @@ fn flush_cache_lines(base: *mut u8, offset: u64, end: u64) {
     {
         let _ = (base, offset, end);
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A volume file in /dev/shm (a RAM drive), removed when dropped.
+    struct Scratch(PathBuf);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_growth_has_the_next_ones_space_backed_ahead_of_need() {
+        const MIB: u64 = 1 << 20;
+        let path = Scratch(PathBuf::from(format!(
+            "/dev/shm/iris-media-ahead-{}",
+            std::process::id()
+        )));
+        let m = MappedMedia::open(&path.0, true, LockMode::Exclusive, 256 * MIB, 4 * MIB)
+            .expect("open");
+        // Opening grew the file to its first 4 MiB and asked for the next space ahead.
+        assert!(m.wants_grow_ahead());
+        m.grow_ahead();
+        assert!(!m.wants_grow_ahead(), "done");
+        assert_eq!(m.backed_len(), 4 * MIB + GROW_AHEAD_BYTES);
+        // A growth inside that space finds it backed, and asks for more ahead.
+        m.grow(20 * MIB).expect("grow");
+        assert_eq!(m.backed_len(), 4 * MIB + GROW_AHEAD_BYTES, "nothing to add");
+        assert!(m.wants_grow_ahead());
+        m.grow_ahead();
+        assert_eq!(m.backed_len(), 20 * MIB + GROW_AHEAD_BYTES);
+        // Never past the mapping: the last growth asks for nothing it cannot hold.
+        m.grow(250 * MIB).expect("grow");
+        assert_eq!(m.backed_len(), 250 * MIB);
+        m.grow_ahead();
+        assert_eq!(m.backed_len(), 256 * MIB);
+        m.grow(256 * MIB).expect("grow to the limit");
+        assert!(!m.wants_grow_ahead());
+        // The bytes ahead are the file's own: written through the mapping, read back.
+        // SAFETY (test): inside the mapping and backed (checked above).
+        unsafe { *m.base().add((255 * MIB) as usize) = 7 };
+        let mut b = [0u8; 1];
+        std::os::unix::fs::FileExt::read_exact_at(&m.file, &mut b, 255 * MIB).expect("read");
+        assert_eq!(b[0], 7);
     }
 }

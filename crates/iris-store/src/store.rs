@@ -9,7 +9,7 @@
 //! verify, garbage), `hint.rs` (where this thread last found a key).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -366,6 +366,12 @@ pub(crate) struct Inner {
     recovered: bool,
     /// Where this process last found values `get` copied (see `locations`).
     locations: locations::Locations,
+    /// This store, for the threads it starts (see [`Inner::grow_ahead_in_background`]).
+    me: Weak<Inner>,
+    /// The process (`readers::me() >> 32`) whose thread is backing the next growth ahead of
+    /// need, 0 when none is: one at a time per process, and a child forked meanwhile starts its
+    /// own.
+    growing: AtomicU64,
 }
 
 /// A volume opened as a key-value store. Cheap to share between threads (`&Store` is enough).
@@ -438,12 +444,49 @@ impl Drop for Guard<'_> {
                 for p in (0..PARTITIONS).rev() {
                     volume_lock::unlock(&self.inner.header, p);
                 }
+                // (Growth holds every lock: a growth in this hold may have asked for the next
+                // one's space ahead of need.)
+                if self.inner.media.wants_grow_ahead() {
+                    self.inner.grow_ahead_in_background();
+                }
             }
         }
     }
 }
 
 impl Inner {
+    /// Back the volume's next growth ahead of need in a thread of its own (see
+    /// `Media::grow_ahead`): allocating and mapping the space costs about a microsecond per
+    /// 4 KiB page on a RAM drive here, which a growth would otherwise spend holding every lock.
+    #[cold]
+    fn grow_ahead_in_background(&self) {
+        let pid = crate::readers::me() >> 32;
+        let was = self.growing.load(Ordering::Acquire);
+        if was == pid
+            || self
+                .growing
+                .compare_exchange(was, pid, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return; // this process's grower runs already
+        }
+        let me = self.me.clone();
+        let started = std::thread::Builder::new()
+            .name("iris-grow".into())
+            .spawn(move || {
+                if let Some(inner) = me.upgrade() {
+                    // (A growth meanwhile may ask for more.)
+                    while inner.media.wants_grow_ahead() {
+                        inner.media.grow_ahead();
+                    }
+                    inner.growing.store(0, Ordering::Release);
+                }
+            });
+        if started.is_err() {
+            self.growing.store(0, Ordering::Release); // the growth will do it
+        }
+    }
+
     fn cx(&self) -> Ctx<'_> {
         Ctx {
             region: self.region,
@@ -1383,6 +1426,8 @@ impl Store {
         inner.check_writable()?;
         let _g = inner.lock()?;
         let mut txn = Txn::begin(inner.cx(), false);
+        // A deletion frees space: it may copy its leaf with the blocks a full volume keeps.
+        txn.use_reserve();
         match txn.delete(key) {
             Ok(found) => {
                 txn.commit_publish();

@@ -3,7 +3,7 @@
 //! from the committed trees (`recover`) before the store is assembled.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -402,7 +402,7 @@ impl Store {
     ) -> Store {
         let latency = media.latency();
         let region = Region::new(media.base(), media.mapped_len());
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me| Inner {
             media,
             region,
             layout,
@@ -414,6 +414,8 @@ impl Store {
             failed: AtomicBool::new(false),
             recovered,
             locations: super::locations::Locations::for_volume(layout.max_blocks),
+            me: me.clone(),
+            growing: AtomicU64::new(0),
         });
         let mut store = Store {
             inner,
