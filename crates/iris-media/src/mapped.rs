@@ -138,6 +138,18 @@ impl MappedMedia {
     /// with SIGBUS when the new space is first touched through the mapping. File systems without
     /// `fallocate` are extended sparsely.
     fn allocate(&self, current: u64, len: u64) -> Result<(), MediaError> {
+        self.allocate_with(current, len, true)
+    }
+
+    /// [`MappedMedia::allocate`]; without `sparse_fallback`, a file system without `fallocate`
+    /// is an error (the caller holds no lock, and `ftruncate` to a length another growth has
+    /// passed meanwhile would shrink the file).
+    fn allocate_with(
+        &self,
+        current: u64,
+        len: u64,
+        sparse_fallback: bool,
+    ) -> Result<(), MediaError> {
         let (Ok(from), Ok(add)) = (
             libc::off_t::try_from(current),
             libc::off_t::try_from(len - current),
@@ -157,11 +169,13 @@ impl MappedMedia {
             }
         };
         match err.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => self.file.set_len(len).map_err(|source| MediaError::Io {
-                op: "ftruncate",
-                path: self.path.clone(),
-                source,
-            }),
+            Some(libc::EOPNOTSUPP) if sparse_fallback => {
+                self.file.set_len(len).map_err(|source| MediaError::Io {
+                    op: "ftruncate",
+                    path: self.path.clone(),
+                    source,
+                })
+            }
             _ => Err(MediaError::Io {
                 op: "fallocate",
                 path: self.path.clone(),
@@ -280,8 +294,9 @@ impl Media for MappedMedia {
         if current >= to {
             return;
         }
-        // (A failure, such as no room, is the growth's to meet and report.)
-        if self.allocate(current, to).is_ok() && self.kind == MediaKind::Ram {
+        // (A failure, such as no room, is the growth's to meet and report. Only `fallocate`,
+        // which never shrinks: this runs under no lock.)
+        if self.allocate_with(current, to, false).is_ok() && self.kind == MediaKind::Ram {
             self.populate(current, to);
         }
     }

@@ -544,8 +544,7 @@ impl Node {
         self.mark_dirty(self.count);
         let count = self.count + 1;
         // The slot's bytes before the count that makes them visible.
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-        self.region.write_u16(self.off + H_COUNT, count);
+        self.region.publish_u16(self.off + H_COUNT, count);
         Some(Node { count, ..*self })
     }
 

@@ -125,6 +125,19 @@ impl Region {
         self.atomic_u64(off).store(v, Ordering::Release);
     }
 
+    /// Publish `v` at `off` with one aligned 2-byte store, ordered after every store before it
+    /// (a node's slot count: see `Node::append_block_slot`).
+    #[inline]
+    pub(crate) fn publish_u16(&self, off: u64, v: u16) {
+        self.check(off, 2);
+        assert_eq!(off % 2, 0, "atomic half-word not aligned");
+        // SAFETY: in bounds, 2-byte aligned (checked; the mapping is page aligned), and
+        // AtomicU16 has the layout of u16; the memory lives as long as the Region.
+        let word =
+            unsafe { &*(self.base.add(off as usize) as *const std::sync::atomic::AtomicU16) };
+        word.store(v, Ordering::Release);
+    }
+
     /// A view of `len` bytes at `off`. Valid while the caller holds the volume lock, which keeps
     /// the block from being freed and rewritten.
     #[inline]

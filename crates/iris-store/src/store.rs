@@ -372,6 +372,10 @@ pub(crate) struct Inner {
     /// need, 0 when none is: one at a time per process, and a child forked meanwhile starts its
     /// own.
     growing: AtomicU64,
+    /// That thread, with the process that started it, for the store's close to wait for.
+    grow_thread: std::sync::Mutex<Option<(u64, std::thread::JoinHandle<()>)>>,
+    /// Set when the store closes: no more growth ahead starts.
+    closing: AtomicBool,
 }
 
 /// A volume opened as a key-value store. Cheap to share between threads (`&Store` is enough).
@@ -460,6 +464,9 @@ impl Inner {
     /// 4 KiB page on a RAM drive here, which a growth would otherwise spend holding every lock.
     #[cold]
     fn grow_ahead_in_background(&self) {
+        if self.closing.load(Ordering::Acquire) {
+            return;
+        }
         let pid = crate::readers::me() >> 32;
         let was = self.growing.load(Ordering::Acquire);
         if was == pid
@@ -474,16 +481,48 @@ impl Inner {
         let started = std::thread::Builder::new()
             .name("iris-grow".into())
             .spawn(move || {
-                if let Some(inner) = me.upgrade() {
-                    // (A growth meanwhile may ask for more.)
-                    while inner.media.wants_grow_ahead() {
+                let Some(inner) = me.upgrade() else { return };
+                loop {
+                    while inner.media.wants_grow_ahead() && !inner.closing.load(Ordering::Acquire) {
                         inner.media.grow_ahead();
                     }
                     inner.growing.store(0, Ordering::Release);
+                    // A growth that asked while this thread was finishing found it running:
+                    // its request is this thread's to serve.
+                    if inner.closing.load(Ordering::Acquire)
+                        || !inner.media.wants_grow_ahead()
+                        || inner
+                            .growing
+                            .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
+                            .is_err()
+                    {
+                        return;
+                    }
                 }
             });
-        if started.is_err() {
-            self.growing.store(0, Ordering::Release); // the growth will do it
+        match started {
+            // (The handle of an earlier thread, finished by now, is dropped: detached.)
+            Ok(h) => match self.grow_thread.try_lock() {
+                Ok(mut t) => *t = Some((pid, h)),
+                Err(_) => drop(h),
+            },
+            Err(_) => self.growing.store(0, Ordering::Release), // the growth will do it
+        }
+    }
+
+    /// Wait for this process's thread growing the volume ahead of need, if one runs (it holds
+    /// the store open: its mapping and its lock on the volume).
+    fn wait_for_grower(&self) {
+        self.closing.store(true, Ordering::Release);
+        let t = self.grow_thread.lock().ok().and_then(|mut t| t.take());
+        if let Some((pid, h)) = t {
+            if pid == crate::readers::me() >> 32 {
+                let _ = h.join();
+            } else {
+                // The thread of the parent this process was forked from: not ours to join or
+                // detach.
+                std::mem::forget(h);
+            }
         }
     }
 
@@ -1424,18 +1463,29 @@ impl Store {
     pub fn delete(&self, key: Key) -> Result<bool> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let _g = inner.lock()?;
-        let mut txn = Txn::begin(inner.cx(), false);
-        // A deletion frees space: it may copy its leaf with the blocks a full volume keeps.
-        txn.use_reserve();
-        match txn.delete(key) {
-            Ok(found) => {
-                txn.commit_publish();
-                Ok(found)
-            }
-            Err(e) => {
-                txn.abort();
-                Err(e)
+        let mut attempt = 0;
+        loop {
+            let g = inner.lock()?;
+            let mut txn = Txn::begin(inner.cx(), false);
+            // A deletion frees space: it may copy its leaf with the blocks a full volume keeps.
+            txn.use_reserve();
+            match txn.delete(key) {
+                Ok(found) => {
+                    txn.commit_publish();
+                    return Ok(found);
+                }
+                Err(StoreError::NoSpace) if attempt == 0 && inner.header.pending_blocks() > 0 => {
+                    // Blocks freed since the last commit (the reserve's too) come back once it
+                    // is durable.
+                    txn.abort();
+                    inner.commit_locked()?;
+                    drop(g);
+                    attempt += 1;
+                }
+                Err(e) => {
+                    txn.abort();
+                    return Err(e);
+                }
             }
         }
     }
@@ -1607,6 +1657,7 @@ impl Drop for Store {
         if self.inner.check_writable().is_ok() && self.inner.header.dirty() != 0 {
             let _ = self.commit();
         }
+        self.inner.wait_for_grower();
     }
 }
 

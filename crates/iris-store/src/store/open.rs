@@ -416,6 +416,8 @@ impl Store {
             locations: super::locations::Locations::for_volume(layout.max_blocks),
             me: me.clone(),
             growing: AtomicU64::new(0),
+            grow_thread: std::sync::Mutex::new(None),
+            closing: AtomicBool::new(false),
         });
         let mut store = Store {
             inner,
