@@ -521,11 +521,18 @@ impl Node {
         })
     }
 
+    /// Leaf: whether one more slot of an out-of-line value fits.
+    pub fn has_room_for_block_slot(&self) -> bool {
+        let heap = u64::from(self.region.read_u32(self.off + H_HEAP));
+        NODE_HEADER + (u64::from(self.count) + 1) * LEAF_SLOT <= heap && self.count < u16::MAX
+    }
+
     /// Leaf private to the working tree (published or not): add `key` with the out-of-line
     /// value `val` as a new last slot, if it fits. Nothing a reader can see moves: the slot is
     /// written past the end, then the count grows by one store, so a reader (or a process killed
     /// between the two) sees the leaf without the key or with it whole. The caller holds every
-    /// writer lock (one appender per leaf) and `key` sorts after every key of the leaf.
+    /// writer lock, or the partition lock of the leaf's last key (one appender per leaf at a
+    /// time, see `Txn::appendable_in_place`), and `key` sorts after every key of the leaf.
     pub fn append_block_slot(&self, key: Key, block: u64, gen: u64, len: u32) -> Option<Node> {
         debug_assert!(self.is_leaf());
         debug_assert!(self.count == 0 || self.key(self.count - 1) < key);

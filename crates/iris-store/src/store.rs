@@ -405,6 +405,8 @@ enum InPlaceOutcome {
     Done(BlockPut),
     /// Nothing done: the patch needs its key's partition, which the attempt did not hold.
     NeedsPatchPartition,
+    /// Nothing done: the change needs these partitions too (an append's leaf's last key's).
+    NeedsPartitions(u64),
     /// Nothing done: the change needs every lock (or does not qualify at all).
     No,
     /// Nothing done: the write starts at or past the value's end (an append's case).
@@ -700,6 +702,7 @@ impl Inner {
             };
             match attempt(held, then)? {
                 InPlaceOutcome::NeedsPatchPartition if held & patch_bit == 0 => held |= patch_bit,
+                InPlaceOutcome::NeedsPartitions(more) if held | more != held => held |= more,
                 outcome => return Ok(outcome),
             }
         }

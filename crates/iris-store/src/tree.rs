@@ -22,6 +22,11 @@ use crate::message::{Message, Shadow};
 use crate::node::{Node, NodeBuilder, Val, LEAF_SLOT, MAX_HEIGHT, NODE_HEADER};
 use crate::region::Region;
 
+/// A key inserted right after this many keys sharing its high word, with keys of another after
+/// it in the leaf, splits the leaf there (see `Txn::put_at`): a file of this many blocks that
+/// grows gets leaves of its own at its end.
+const RUN_TO_SPLIT: u16 = 16;
+
 mod buffer;
 
 /// Everything a tree operation needs, borrowed from the store. Valid under the volume lock.
@@ -404,6 +409,34 @@ impl<'a> Txn<'a> {
         )
     }
 
+    /// For an insert of an out-of-line value holding partition locks only: the last key of the
+    /// leaf `spot` found, when the new key goes past it, into a leaf private to the working tree
+    /// with room for one more slot (a B+-tree's; not a spot made from a hint). Whoever appends
+    /// there holds that key's partition: two appenders to one leaf take turns on it, and every
+    /// other change of the leaf's shape holds every lock (see `Node::append_block_slot`).
+    pub fn appendable_in_place(&self, spot: &Spot) -> Option<Key> {
+        if self.cx.buffer > 0 || spot.shadow.is_some() || spot.remembered {
+            return None;
+        }
+        let leaf = spot.leaf.as_ref()?;
+        if spot.slot != Err(leaf.count) || leaf.count == 0 || !self.writable_in_place(leaf) {
+            return None;
+        }
+        leaf.has_room_for_block_slot()
+            .then(|| leaf.key(leaf.count - 1))
+    }
+
+    /// Append `key` with the out-of-line value `val` to the leaf `spot` found, where
+    /// [`Txn::appendable_in_place`] said it may go (its caller holding the partitions it
+    /// named). `false`: nothing done.
+    pub fn append_in_place(&mut self, spot: &Spot, key: Key, val: Val<'_>) -> bool {
+        let (Some(leaf), Val::Block { block, len, gen }) = (spot.leaf.as_ref(), val) else {
+            return false;
+        };
+        self.touch(key);
+        leaf.append_block_slot(key, block, gen, len).is_some()
+    }
+
     /// Whether this transaction changed a key sharing `key`'s change stamp (so its publish moves
     /// that stamp by one).
     pub fn touches(&self, key: Key) -> bool {
@@ -653,6 +686,35 @@ impl<'a> Txn<'a> {
                         return Ok(());
                     }
                 }
+                // The end of a long run of keys sharing a high word (a growing file) with other
+                // keys after it in the leaf: the leaf splits right after the new key, so that the
+                // run's next keys go past the last key of a leaf of their own (appended in place,
+                // see `Txn::appendable_in_place`), not into the middle of a shared one.
+                if pos >= RUN_TO_SPLIT
+                    && pos < leaf.count
+                    && leaf.key(pos).hi != key.hi
+                    && leaf.key(pos - RUN_TO_SPLIT).hi == key.hi
+                {
+                    let n = leaf.count + 1;
+                    let children = self.build_leaves_split_at(
+                        n,
+                        pos + 1,
+                        |j| match j.cmp(&pos) {
+                            std::cmp::Ordering::Less => leaf.raw_heap_bytes(j),
+                            std::cmp::Ordering::Equal => val.heap_bytes(),
+                            std::cmp::Ordering::Greater => leaf.raw_heap_bytes(j - 1),
+                        },
+                        |j| match j.cmp(&pos) {
+                            std::cmp::Ordering::Less => Ok((leaf.key(j), leaf.value(j)?)),
+                            std::cmp::Ordering::Equal => Ok((key, val)),
+                            std::cmp::Ordering::Greater => {
+                                Ok((leaf.key(j - 1), leaf.value(j - 1)?))
+                            }
+                        },
+                    )?;
+                    self.release(leaf.block, leaf.birth);
+                    return self.propagate(path, depth, children);
+                }
                 // Room in the leaf: insert into a copy (or into the leaf itself if this
                 // transaction made it) instead of rebuilding.
                 if self.is_fresh(leaf.block) {
@@ -831,9 +893,26 @@ impl<'a> Txn<'a> {
         heap: impl Fn(u16) -> u64,
         entry: impl Fn(u16) -> Result<(Key, Val<'v>)>,
     ) -> Result<Children> {
+        self.build_leaves_split_at(n, n, heap, entry)
+    }
+
+    /// [`Txn::build_leaves`], split after the first `want` entries (`n`: wherever it must) when
+    /// each side fits in a block.
+    fn build_leaves_split_at<'v>(
+        &mut self,
+        n: u16,
+        want: u16,
+        heap: impl Fn(u16) -> u64,
+        entry: impl Fn(u16) -> Result<(Key, Val<'v>)>,
+    ) -> Result<Children> {
         let bs = self.cx.layout.bs();
         let total: u64 = NODE_HEADER + (0..n).map(|j| LEAF_SLOT + heap(j)).sum::<u64>();
-        let split = if total <= bs {
+        let fits = |r: std::ops::Range<u16>| {
+            NODE_HEADER + r.map(|j| LEAF_SLOT + heap(j)).sum::<u64>() <= bs
+        };
+        let split = if want > 0 && want < n && fits(0..want) && fits(want..n) {
+            want
+        } else if total <= bs {
             n
         } else {
             // Smallest prefix holding at least half the bytes; both halves then fit because a

@@ -102,10 +102,19 @@ impl Store {
     ) -> Result<InPlaceOutcome> {
         let mut txn = Txn::begin_in(inner.cx(), p);
         let spot = inner.locate_in_place(&txn, key)?;
-        if !txn.replaceable_in_place(&spot, len as u32)? {
-            return Ok(InPlaceOutcome::No);
+        // A replacement in its leaf; or a new key past the last one of its leaf (a file growing
+        // at its end), holding that last key's partition too.
+        let replacing = txn.replaceable_in_place(&spot, len as u32)?;
+        if !replacing {
+            let Some(last) = txn.appendable_in_place(&spot) else {
+                return Ok(InPlaceOutcome::No);
+            };
+            let need = 1 << partition_of(last);
+            if held & need == 0 {
+                return Ok(InPlaceOutcome::NeedsPartitions(need));
+            }
         }
-        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then)? else {
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then, replacing)? else {
             return Ok(InPlaceOutcome::NeedsPatchPartition);
         };
         // Committed to this path: the data block first, then the patch, one publish each.
@@ -122,16 +131,24 @@ impl Store {
         // From the publish until the stamps have moved, the partitions' write sequences are
         // odd: a reader at a remembered location does not take the old block for current.
         let _announced = inner.header.in_place(held);
-        if let Err(e) = txn.put_at(&spot, key, val) {
+        if replacing {
+            if let Err(e) = txn.put_at(&spot, key, val) {
+                txn.abort();
+                inner.alloc.free_now(block);
+                return Err(e);
+            }
+        } else if !txn.append_in_place(&spot, key, val) {
+            // (Room and place were checked under these locks: not reached.)
             txn.abort();
             inner.alloc.free_now(block);
-            return Err(e);
+            return Ok(InPlaceOutcome::No);
         }
         let at = BlockRef {
             block,
             len: len as u32,
         };
-        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(InPlaceOutcome::Done)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan, replacing)
+            .map(InPlaceOutcome::Done)
     }
 
     /// Apply the plan's patch, publish, and say what the caller may cache. `patch` is the
@@ -142,6 +159,7 @@ impl Store {
         located: Option<(Key, BlockRef)>,
         patch: Option<(Key, u64)>,
         plan: &PatchPlan,
+        replaced: bool,
     ) -> Result<BlockPut> {
         let patched = match plan {
             PatchPlan::InPlace(spot, words) => {
@@ -159,7 +177,7 @@ impl Store {
         });
         Ok(BlockPut {
             found: true,
-            replaced: true,
+            replaced,
             patched,
             located: located.map(|(key, at)| (inner.header.change_stamp(key), at)),
             patched_stamp,
@@ -173,11 +191,12 @@ impl Store {
         txn: &Txn<'_>,
         held: u64,
         then: &mut Option<ThenPatch<F>>,
+        replaced: bool,
     ) -> Result<Option<(PatchStart, PatchPlan)>> {
         let start = then
             .as_ref()
             .map(|t| (t.key, inner.header.change_stamp(t.key)));
-        Ok(match Self::plan_patch(inner, txn, held, then)? {
+        Ok(match Self::plan_patch(inner, txn, held, then, replaced)? {
             PatchPlan::Escalate => None,
             plan => Some((start, plan)),
         })
@@ -192,11 +211,13 @@ impl Store {
         txn: &Txn<'_>,
         held: u64,
         then: &mut Option<ThenPatch<F>>,
+        replaced: bool,
     ) -> Result<PatchPlan> {
         let Some(t) = then.as_mut() else {
             return Ok(PatchPlan::Nothing);
         };
-        if t.unless_unchanged_since == Some(inner.header.change_stamp(t.key)) {
+        // (A new key changes what the patch writes, a file's block count: never skipped.)
+        if replaced && t.unless_unchanged_since == Some(inner.header.change_stamp(t.key)) {
             return Ok(PatchPlan::Nothing);
         }
         let spot = txn.locate(t.key)?;
@@ -204,7 +225,7 @@ impl Store {
             return Ok(PatchPlan::Escalate);
         };
         let old_bytes = Node::value_bytes(&inner.region, &inner.layout, old);
-        let patch = Patch::chosen(old_bytes, |old, p| (t.patch)(old, true, p))?;
+        let patch = Patch::chosen(old_bytes, |old, p| (t.patch)(old, replaced, p))?;
         if patch.holds_in(old_bytes) {
             return Ok(PatchPlan::Nothing);
         }
@@ -257,7 +278,9 @@ impl Store {
             // Past the value's end (a file extended, then written in order): an append into the
             // block's tail, which takes its own locks.
             InPlaceOutcome::PastEnd => self.append_in_place(key, offset, data, then),
-            InPlaceOutcome::NeedsPatchPartition | InPlaceOutcome::No => Ok(None),
+            InPlaceOutcome::NeedsPatchPartition
+            | InPlaceOutcome::NeedsPartitions(_)
+            | InPlaceOutcome::No => Ok(None),
         }
     }
 
@@ -315,7 +338,7 @@ impl Store {
         {
             return Ok(InPlaceOutcome::No);
         }
-        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then)? else {
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, then, true)? else {
             return Ok(InPlaceOutcome::NeedsPatchPartition);
         };
         // The bytes change where readers may be copying them: they read again (see `View`).
@@ -327,6 +350,79 @@ impl Store {
         let at = BlockRef { block, len };
         let mut txn = txn;
         txn.note_written_in_place(key);
-        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan).map(InPlaceOutcome::Done)
+        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan, true)
+            .map(InPlaceOutcome::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::header::partition_of;
+    use crate::key::Key;
+    use crate::tree::Txn;
+
+    /// A store of 16 MiB on simulated media.
+    fn store() -> super::Store {
+        let sim = std::sync::Arc::new(iris_media::SimMedia::new(16 << 20));
+        let opts = crate::CreateOptions {
+            block_size: 4096,
+            size_limit_bytes: 16 << 20,
+            initial_bytes: 16 << 20,
+            inline_max: None,
+            buffer_bytes: 0,
+        };
+        let boot = crate::OpenOptions {
+            boot_id: Some(1),
+            commit_interval: None,
+        };
+        super::Store::create_on(Box::new(sim), &opts, &boot).expect("create")
+    }
+
+    /// Where the next key of a run would go: the last key of its leaf when it may be appended
+    /// under partition locks there.
+    fn append_spot(s: &super::Store, key: Key) -> Option<Key> {
+        let inner = &*s.inner;
+        let _g = inner.lock().expect("lock");
+        let txn = Txn::begin_in(inner.cx(), partition_of(key));
+        let spot = txn.locate(key).expect("locate");
+        txn.appendable_in_place(&spot)
+    }
+
+    #[test]
+    fn a_growing_run_of_keys_gets_a_leaf_end_of_its_own() {
+        let s = store();
+        let fill = |k: Key| {
+            s.put_block(k, 4096, |out| out.fill(k.lo as u8))
+                .expect("put")
+        };
+        // Another high word's keys after the run, in the same leaf.
+        for i in 0..3 {
+            fill(Key::new(9, i));
+        }
+        for i in 0..40 {
+            fill(Key::new(8, i));
+        }
+        // Past the run's end: its leaf ends with the run, written since the last commit.
+        assert_eq!(append_spot(&s, Key::new(8, 40)), Some(Key::new(8, 39)));
+        // The other keys' leaf, too, at their end.
+        assert_eq!(append_spot(&s, Key::new(9, 3)), Some(Key::new(9, 2)));
+        // A short run does not split its leaf: its next key goes into the middle.
+        for i in 0..3 {
+            fill(Key::new(7, i));
+        }
+        assert_eq!(append_spot(&s, Key::new(7, 3)), None);
+        // After a commit the leaf is the last commit's: copied, not appended to.
+        s.commit().expect("commit");
+        assert_eq!(append_spot(&s, Key::new(8, 40)), None);
+        fill(Key::new(8, 40));
+        assert_eq!(append_spot(&s, Key::new(8, 41)), Some(Key::new(8, 40)));
+        let mut buf = vec![0u8; 4096];
+        for (hi, n) in [(7u64, 3u64), (8, 41), (9, 3)] {
+            for i in 0..n {
+                assert_eq!(s.get(Key::new(hi, i), &mut buf).expect("get"), Some(4096));
+                assert!(buf.iter().all(|&b| b == i as u8), "{hi}/{i}");
+            }
+        }
+        assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
     }
 }

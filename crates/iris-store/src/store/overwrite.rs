@@ -63,7 +63,7 @@ impl Store {
                     _ => return Ok(None),
                 }
             }
-            match Self::plan_then(inner, &txn, held, &mut then)? {
+            match Self::plan_then(inner, &txn, held, &mut then, true)? {
                 Some((start, plan)) => break (guards, lowest, txn, olds, start, plan),
                 // Dropped in reverse order: the transaction (nothing written), then the locks.
                 None if held & patch_bit == 0 => held |= patch_bit,
@@ -131,7 +131,7 @@ impl Store {
             // Referenced by nothing, read by no reader: free at once.
             inner.alloc.free_now(b);
         }
-        Self::finish_in_place(inner, txn, None, start, &plan).map(Some)
+        Self::finish_in_place(inner, txn, None, start, &plan, true).map(Some)
     }
 }
 
@@ -177,7 +177,7 @@ impl Store {
             return Ok(None);
         }
         let mut then = then;
-        let Some((start, plan)) = Self::plan_then(inner, &txn, held, &mut then)? else {
+        let Some((start, plan)) = Self::plan_then(inner, &txn, held, &mut then, true)? else {
             return Ok(None);
         };
         // Past the value's end: bytes no reader looks at until the length moves.
@@ -220,7 +220,7 @@ impl Store {
             block,
             len: end as u32,
         };
-        let put = Self::finish_in_place(inner, txn, Some((key, at)), start, &plan);
+        let put = Self::finish_in_place(inner, txn, Some((key, at)), start, &plan, true);
         inner.undo.disarm(lowest);
         put.map(Some)
     }
