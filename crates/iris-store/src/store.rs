@@ -1165,7 +1165,8 @@ impl Store {
             }
         };
         txn.commit_publish();
-        let found = Self::patch_locked(inner, then.key, |old, p| (then.patch)(old, false, p))?;
+        let found =
+            Self::patch_locked(inner, then.key, |old, p| (then.patch)(old, false, p), true)?;
         let put = BlockPut {
             found,
             replaced: false,
@@ -1370,7 +1371,7 @@ impl Store {
             drop(g);
             inner.lock()?
         };
-        Self::patch_locked(inner, key, f)
+        Self::patch_locked(inner, key, f, false)
     }
 
     /// The patch `then` after a put under every lock, skipped when the put `replaced` a value
@@ -1391,7 +1392,8 @@ impl Store {
                 Ok((true, false))
             }
             Some(mut t) => {
-                let found = Self::patch_locked(inner, t.key, |old, p| (t.patch)(old, replaced, p))?;
+                let found =
+                    Self::patch_locked(inner, t.key, |old, p| (t.patch)(old, replaced, p), true)?;
                 Ok((found, true))
             }
             None => Ok((true, false)),
@@ -1409,9 +1411,23 @@ impl Store {
     }
 
     /// [`Store::patch_with`] with the lock already held.
-    fn patch_locked(inner: &Inner, key: Key, f: impl FnOnce(&[u8], &mut Patch)) -> Result<bool> {
+    ///
+    /// `follows_a_write`: the patch completes a change published in the same hold (a file's
+    /// size after its data): it may copy its leaf with the blocks a full volume keeps for
+    /// deletions, since failing here would leave the write half done (its data without its
+    /// size). A write that needs space fails before it publishes, so this takes at most one
+    /// leaf's path from the reserve per write that met a full volume.
+    fn patch_locked(
+        inner: &Inner,
+        key: Key,
+        f: impl FnOnce(&[u8], &mut Patch),
+        follows_a_write: bool,
+    ) -> Result<bool> {
         let cx = inner.cx();
         let mut txn = Txn::begin(cx, false);
+        if follows_a_write {
+            txn.use_reserve();
+        }
         let spot = txn.locate(key)?;
         let Some(old) = txn.value_at(&spot)? else {
             return Ok(false);

@@ -729,9 +729,13 @@ impl<'a> Txn<'a> {
                     }
                     self.unalloc(c.block);
                 }
+                // Full. A key past the last one (a run growing at its end) starts a leaf of its
+                // own and leaves this one full, rather than two half-full ones.
                 let n = leaf.count + 1;
-                let children = self.build_leaves(
+                let want = if pos == leaf.count { pos } else { n };
+                let children = self.build_leaves_split_at(
                     n,
+                    want,
                     |j| match j.cmp(&pos) {
                         std::cmp::Ordering::Less => leaf.raw_heap_bytes(j),
                         std::cmp::Ordering::Equal => val.heap_bytes(),

@@ -84,11 +84,12 @@ impl Store {
         }
     }
 
-    /// The common case of [`Store::put_block_then_patch`], holding the locks of the partitions
-    /// in `held` (`p`, the key's, and perhaps the patched key's): the key exists with a value of
-    /// the same length in a leaf private to the working tree, and the patch is skipped or lands
-    /// in place. Otherwise nothing is written (the patch closure may have been called) and the
-    /// outcome says whether the patched key's partition would do or every lock is needed.
+    /// The common cases of [`Store::put_block_then_patch`], holding the locks of the partitions
+    /// in `held` (`p`, the key's, and perhaps the patched key's and a leaf's last key's): the
+    /// key exists with a value of the same length in a leaf private to the working tree, or it
+    /// goes past the last key of such a leaf (appended there), and the patch is skipped or
+    /// lands in place. Otherwise nothing is written (the patch closure may have been called)
+    /// and the outcome says which partitions would do or that every lock is needed.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn publish_in_place<F: FnMut(&[u8], bool, &mut Patch)>(
         inner: &Inner,
@@ -138,10 +139,15 @@ impl Store {
                 return Err(e);
             }
         } else if !txn.append_in_place(&spot, key, val) {
-            // (Room and place were checked under these locks: not reached.)
+            // Room and place were checked under these locks, so this is not reached; the slot
+            // is unreserved, so falling back (which would unreserve it again and publish the
+            // block) is no option either.
+            debug_assert!(false, "an append checked under its locks did not fit");
             txn.abort();
             inner.alloc.free_now(block);
-            return Ok(InPlaceOutcome::No);
+            return Err(StoreError::Invalid(
+                "an append checked under its locks did not fit".into(),
+            ));
         }
         let at = BlockRef {
             block,
