@@ -1665,6 +1665,24 @@ impl Store {
     }
 }
 
+/// A B+-tree store of 16 MiB (4 KiB blocks) on simulated media, for this crate's unit tests.
+#[cfg(test)]
+pub(crate) fn test_store() -> Store {
+    let sim = std::sync::Arc::new(iris_media::SimMedia::new(16 << 20));
+    let opts = CreateOptions {
+        block_size: 4096,
+        size_limit_bytes: 16 << 20,
+        initial_bytes: 16 << 20,
+        inline_max: None,
+        buffer_bytes: 0,
+    };
+    let boot = OpenOptions {
+        boot_id: Some(1),
+        commit_interval: None,
+    };
+    Store::create_on(Box::new(sim), &opts, &boot).expect("a test store on simulated media")
+}
+
 impl Drop for Store {
     fn drop(&mut self) {
         self.timer_stop.store(true, Ordering::SeqCst);

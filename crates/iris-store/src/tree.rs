@@ -687,41 +687,20 @@ impl<'a> Txn<'a> {
                     }
                 }
                 // The end of a long run of keys sharing a high word (a growing file) with other
-                // keys after it in the leaf: the leaf splits right after the new key, so that the
-                // run's next keys go past the last key of a leaf of their own (appended in place,
-                // see `Txn::appendable_in_place`), not into the middle of a shared one.
-                if pos >= RUN_TO_SPLIT
+                // keys after it in the leaf: the leaf splits right after the new key (below), so
+                // that the run's next keys go past the last key of a leaf of their own (appended
+                // in place, see `Txn::appendable_in_place`), not into the middle of a shared one.
+                let run_end = pos >= RUN_TO_SPLIT
                     && pos < leaf.count
                     && leaf.key(pos).hi != key.hi
-                    && leaf.key(pos - RUN_TO_SPLIT).hi == key.hi
-                {
-                    let n = leaf.count + 1;
-                    let children = self.build_leaves_split_at(
-                        n,
-                        pos + 1,
-                        |j| match j.cmp(&pos) {
-                            std::cmp::Ordering::Less => leaf.raw_heap_bytes(j),
-                            std::cmp::Ordering::Equal => val.heap_bytes(),
-                            std::cmp::Ordering::Greater => leaf.raw_heap_bytes(j - 1),
-                        },
-                        |j| match j.cmp(&pos) {
-                            std::cmp::Ordering::Less => Ok((leaf.key(j), leaf.value(j)?)),
-                            std::cmp::Ordering::Equal => Ok((key, val)),
-                            std::cmp::Ordering::Greater => {
-                                Ok((leaf.key(j - 1), leaf.value(j - 1)?))
-                            }
-                        },
-                    )?;
-                    self.release(leaf.block, leaf.birth);
-                    return self.propagate(path, depth, children);
-                }
+                    && leaf.key(pos - RUN_TO_SPLIT).hi == key.hi;
                 // Room in the leaf: insert into a copy (or into the leaf itself if this
                 // transaction made it) instead of rebuilding.
-                if self.is_fresh(leaf.block) {
+                if !run_end && self.is_fresh(leaf.block) {
                     if leaf.insert_slot(pos, key, val).is_some() {
                         return Ok(());
                     }
-                } else {
+                } else if !run_end {
                     let c = self.cow(&leaf)?;
                     if c.insert_slot(pos, key, val).is_some() {
                         self.release(leaf.block, leaf.birth);
@@ -729,10 +708,17 @@ impl<'a> Txn<'a> {
                     }
                     self.unalloc(c.block);
                 }
-                // Full. A key past the last one (a run growing at its end) starts a leaf of its
-                // own and leaves this one full, rather than two half-full ones.
+                // Rebuilt: split after a run's end; full, a key past the last one (a run
+                // growing at its end) starts a leaf of its own and leaves this one full, rather
+                // than two half-full ones; else wherever the bytes halve.
                 let n = leaf.count + 1;
-                let want = if pos == leaf.count { pos } else { n };
+                let want = if run_end {
+                    pos + 1
+                } else if pos == leaf.count {
+                    pos
+                } else {
+                    n
+                };
                 let children = self.build_leaves_split_at(
                     n,
                     want,

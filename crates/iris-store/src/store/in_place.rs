@@ -367,23 +367,6 @@ mod tests {
     use crate::key::Key;
     use crate::tree::Txn;
 
-    /// A store of 16 MiB on simulated media.
-    fn store() -> super::Store {
-        let sim = std::sync::Arc::new(iris_media::SimMedia::new(16 << 20));
-        let opts = crate::CreateOptions {
-            block_size: 4096,
-            size_limit_bytes: 16 << 20,
-            initial_bytes: 16 << 20,
-            inline_max: None,
-            buffer_bytes: 0,
-        };
-        let boot = crate::OpenOptions {
-            boot_id: Some(1),
-            commit_interval: None,
-        };
-        super::Store::create_on(Box::new(sim), &opts, &boot).expect("create")
-    }
-
     /// Where the next key of a run would go: the last key of its leaf when it may be appended
     /// under partition locks there.
     fn append_spot(s: &super::Store, key: Key) -> Option<Key> {
@@ -396,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_growing_run_of_keys_gets_a_leaf_end_of_its_own() {
-        let s = store();
+        let s = super::super::test_store();
         let fill = |k: Key| {
             s.put_block(k, 4096, |out| out.fill(k.lo as u8))
                 .expect("put")

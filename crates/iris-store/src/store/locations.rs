@@ -230,19 +230,7 @@ mod tests {
     /// parent written since the commit, a block published in a leaf written since the commit.
     #[test]
     fn a_remembered_location_is_not_served_between_a_publish_and_its_stamp_move() {
-        let sim = std::sync::Arc::new(iris_media::SimMedia::new(16 << 20));
-        let opts = crate::CreateOptions {
-            block_size: 4096,
-            size_limit_bytes: 16 << 20,
-            initial_bytes: 16 << 20,
-            inline_max: None,
-            buffer_bytes: 0,
-        };
-        let boot = crate::OpenOptions {
-            boot_id: Some(1),
-            commit_interval: None,
-        };
-        let s = super::super::Store::create_on(Box::new(sim), &opts, &boot).expect("create");
+        let s = super::super::test_store();
         let fill = |k: Key, b: u8| s.put_block(k, 4096, |out| out.fill(b)).expect("put");
         let key = Key::new(3, 4);
         fill(key, 10);
