@@ -516,7 +516,23 @@ impl Inner {
     /// the store open: its mapping and its lock on the volume).
     fn wait_for_grower(&self) {
         self.closing.store(true, Ordering::Release);
-        let t = self.grow_thread.lock().ok().and_then(|mut t| t.take());
+        // Tried, not waited for: a child forked while a thread of its parent held this lock
+        // (for the instant of a spawn) would wait for ever; a spawn in this process lets go at
+        // once.
+        let mut t = None;
+        for _ in 0..1000 {
+            match self.grow_thread.try_lock() {
+                Ok(mut g) => {
+                    t = g.take();
+                    break;
+                }
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    t = p.into_inner().take();
+                    break;
+                }
+                Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+            }
+        }
         if let Some((pid, h)) = t {
             if pid == crate::readers::me() >> 32 {
                 let _ = h.join();
