@@ -293,8 +293,13 @@ mod tests {
     fn touching_ranges_do_not_conflict_and_open_ended_ones_do() {
         let lock = Arc::new(RangeLock::default());
         let a = lock.lock(0, 4096);
-        let b = lock.lock(4096, 8192); // (would hang if [0, 4096) and [4096, ...) conflicted)
         assert!(!lock.is_idle());
+        // The range right after it, taken elsewhere: granted (a conflict would time out here,
+        // not hang the test).
+        let (b_held, b_go) = take_elsewhere(&lock, 4096, 8192);
+        b_held
+            .recv_timeout(LONG)
+            .expect("[4096, 8192) does not overlap [0, 4096)");
         let c = lock.lock(1 << 40, u64::MAX);
         assert_eq!(lock.in_flight(), 3);
         drop(a);
@@ -308,7 +313,7 @@ mod tests {
         drop(c);
         held.recv_timeout(LONG)
             .expect("granted once the open-ended range is gone");
-        drop((b, go));
+        drop((b_go, go));
         until_in_flight(&lock, 0);
         assert!(lock.is_idle());
     }
