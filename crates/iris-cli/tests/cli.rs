@@ -705,6 +705,10 @@ fn fsck_repair_frees_a_leaked_block_and_exits_1() {
     let run = s.on(&["fsck"], &[]);
     assert_eq!(run.code, Some(4), "{run:?}");
     assert!(run.stdout.contains("1 leaked blocks"), "{run:?}");
+    assert!(
+        run.stderr.contains("leaked blocks, the first 1: 16000"),
+        "{run:?}"
+    );
     let run = s.on(&["fsck", "--repair"], &[]);
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(run.stdout.contains("freed 1 leaked blocks"), "{run:?}");

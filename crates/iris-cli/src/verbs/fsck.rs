@@ -91,6 +91,14 @@ pub fn run(args: FsckArgs) -> Outcome {
             found.push(format!("{} file-system problems", fsr.problems.len()));
         }
         if report.leaked_blocks > 0 {
+            // Which ones, to look at what they hold (`dd bs=BLOCK_SIZE skip=N count=1`).
+            let sample: Vec<String> = report.leaked_sample.iter().map(u64::to_string).collect();
+            eprintln!(
+                "iris: {}: leaked blocks, the first {}: {}",
+                volume.display(),
+                sample.len(),
+                sample.join(" ")
+            );
             found.push(format!(
                 "{} leaked blocks (used, but nothing reaches them)",
                 report.leaked_blocks

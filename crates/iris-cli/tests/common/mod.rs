@@ -58,11 +58,22 @@ impl Volume {
             .arg(&self.0)
             .output()
             .expect("fsck");
-        assert!(
-            out.status.success(),
-            "fsck: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        if !out.status.success() {
+            // Kept for a look: the volume file is removed when the test's `Volume` drops.
+            let kept = std::env::temp_dir().join(format!(
+                "iris-fsck-failed-{}",
+                self.0
+                    .file_name()
+                    .map_or("vol".into(), |n| n.to_string_lossy())
+            ));
+            let _ = std::fs::copy(&self.0, &kept);
+            panic!(
+                "fsck: {}{}\nvolume kept in {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                kept.display()
+            );
+        }
     }
 }
 
