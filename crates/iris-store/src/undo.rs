@@ -28,6 +28,12 @@ pub(crate) const UNDO_MAX_BYTES: u64 = 4096;
 /// Bytes of one partition's record: state, block, offset, length, then the bytes.
 pub(crate) const UNDO_RECORD_BYTES: u64 = 32 + UNDO_MAX_BYTES;
 
+/// Writes of at least this many bytes go into the block with streaming stores (see
+/// `stream`): the block is usually cold, and ordinary stores would first read each of its
+/// lines. fio 4 KiB random writes, one job, alternated: 0.86-0.99M -> 1.01-1.10M IOPS; 512 B
+/// writes lost 5-12 % that way (the fence waits for the stores, and fewer lines to skip).
+const STREAM_MIN_BYTES: u64 = 4096;
+
 const STATE: u64 = 0;
 const BLOCK: u64 = 8;
 const OFFSET: u64 = 16;
@@ -111,8 +117,12 @@ impl Undo {
         self.region.write_u64(rec + LEN, data.len() as u64);
         self.region.copy_in(rec + BYTES, data);
         state.store(ARMED, Ordering::Release);
-        self.region
-            .copy_in(self.layout.offset(block) + offset, data);
+        let at = self.layout.offset(block) + offset;
+        if data.len() as u64 >= STREAM_MIN_BYTES {
+            crate::stream::copy_streaming(self.region.bytes_mut(at, data.len() as u64), data);
+        } else {
+            self.region.copy_in(at, data);
+        }
         state.store(0, Ordering::Release);
     }
 
