@@ -124,6 +124,16 @@ impl Allocator {
         out
     }
 
+    /// Blocks any in-flight slot names, its writer live or dead, changing nothing (caller
+    /// holds every lock).
+    pub fn named_by_slots(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for word in self.readers.named() {
+            out.extend(self.inflight_blocks(word));
+        }
+        out
+    }
+
     /// The blocks an in-flight slot's word names: one block, or a list block and the blocks
     /// it lists (entries past a torn count or outside the data area are skipped).
     fn inflight_blocks(&self, word: u64) -> Vec<u64> {
@@ -740,6 +750,40 @@ mod tests {
         let alloc = Allocator::new(region, layout, header);
         alloc.reset();
         alloc
+    }
+
+    /// A pid no process has: a child that exited and was reaped (a pid is not reused before
+    /// it wraps, far beyond one test).
+    fn dead_pid() -> u64 {
+        let child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = u64::from(child.id());
+        let _ = child.wait_with_output();
+        pid
+    }
+
+    #[test]
+    fn a_dead_writers_slot_stays_named_until_the_reaper_frees_its_block() {
+        let mut buf = Vec::new();
+        let alloc = scratch(4096, &mut buf);
+        let live = alloc.alloc_in(1).expect("room");
+        let dead = alloc.alloc_in(1).expect("room");
+        alloc.readers.reserve(1, live).expect("slot");
+        let slot = alloc.readers.reserve(1, dead).expect("slot");
+        // The second writer dies while filling its block.
+        alloc.readers.set_owner(slot, dead_pid() << 32 | 1);
+        // A verification looks at every slot without clearing one: both blocks stay named, so
+        // neither counts as leaked, and the dead writer's stays the reaper's to free.
+        let mut named = alloc.named_by_slots();
+        named.sort_unstable();
+        assert_eq!(named, vec![live.min(dead), live.max(dead)]);
+        assert_eq!(alloc.named_by_slots().len(), 2, "looking cleared a slot");
+        alloc.reap_dead_writers();
+        assert!(
+            !alloc.is_used(dead),
+            "the reaper frees the dead writer's block"
+        );
+        assert!(alloc.is_used(live), "and keeps the live one's");
+        assert_eq!(alloc.named_by_slots(), vec![live]);
     }
 
     #[test]

@@ -294,6 +294,26 @@ impl Readers {
         out
     }
 
+    /// The words of every occupied in-flight slot, live or dead, changing nothing (for
+    /// verification: a block a dead writer's slot names is the next reaper's to free, not a
+    /// leak; [`Readers::reserved`] would clear such a slot and leave its blocks to no one).
+    pub fn named(&self) -> Vec<u64> {
+        (0..INFLIGHT_SLOTS)
+            .filter(|i| {
+                let o = self.word(INFLIGHT_OFF + i * 16).load(Ordering::Acquire);
+                o != 0 && o != CLAIMING
+            })
+            .map(|i| self.word(INFLIGHT_OFF + i * 16 + 8).load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Make `owner` the owner of in-flight slot `slot` (tests: a writer that died).
+    #[cfg(test)]
+    pub fn set_owner(&self, slot: u64, owner: u64) {
+        self.word(INFLIGHT_OFF + slot * 16)
+            .store(owner, Ordering::Release);
+    }
+
     /// Blocks parked now in partition `p`'s limbo.
     pub fn parked_in(&self, p: u64) -> u64 {
         self.word(limbo_count_off(p))

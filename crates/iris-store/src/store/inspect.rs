@@ -79,7 +79,10 @@ impl Store {
         let mut leaked = 0;
         let mut leaked_sample = Vec::new();
         inner.alloc.reap_dead_writers();
-        let reserved: std::collections::HashSet<u64> = inner.alloc.reserved().into_iter().collect();
+        // Not `reserved()`: a writer that dies after the reaper looked would have its slot
+        // cleared there and its blocks counted as leaked, and lost to every later reaper.
+        let reserved: std::collections::HashSet<u64> =
+            inner.alloc.named_by_slots().into_iter().collect();
         for b in inner.layout.data_start..inner.layout.max_blocks {
             if reserved.contains(&b) {
                 continue;
