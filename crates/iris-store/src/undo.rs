@@ -34,6 +34,13 @@ pub(crate) const UNDO_RECORD_BYTES: u64 = 32 + UNDO_MAX_BYTES;
 /// writes lost 5-12 % that way (the fence waits for the stores, and fewer lines to skip).
 const STREAM_MIN_BYTES: u64 = 4096;
 
+/// Whether a write of `len` bytes in place goes into its block with streaming stores (then
+/// its lines are not worth loading into the cache first).
+#[inline]
+pub(crate) fn streams(len: usize) -> bool {
+    len as u64 >= STREAM_MIN_BYTES
+}
+
 const STATE: u64 = 0;
 const BLOCK: u64 = 8;
 const OFFSET: u64 = 16;
@@ -118,7 +125,7 @@ impl Undo {
         self.region.copy_in(rec + BYTES, data);
         state.store(ARMED, Ordering::Release);
         let at = self.layout.offset(block) + offset;
-        if data.len() as u64 >= STREAM_MIN_BYTES {
+        if streams(data.len()) {
             crate::stream::copy_streaming(self.region.bytes_mut(at, data.len() as u64), data);
         } else {
             self.region.copy_in(at, data);
