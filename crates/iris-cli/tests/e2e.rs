@@ -484,6 +484,15 @@ fn children_forked_while_other_threads_are_inside_iris_do_not_hang() {
 }
 
 #[test]
+fn a_close_racing_reads_and_writes_of_its_fd_neither_crashes_nor_hangs() {
+    let v = Volume::new("closerace");
+    let bin = Program::build("close_while_reading", &["-pthread"]);
+    let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
+    assert_eq!(stdout, "ok reads\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn a_child_forked_while_the_volume_is_being_opened_does_not_hang() {
     let v = Volume::new("forkstart");
     v.sh_ok("mkdir /iris/start");

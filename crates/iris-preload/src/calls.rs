@@ -443,9 +443,9 @@ unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    match fdtable::get(fd) {
-        // SAFETY: the caller passes a buffer of n bytes.
-        Some(f) => read_at_offset(&f, unsafe { slice_mut(buf, n) }),
+    // SAFETY: the caller passes a buffer of n bytes.
+    match fdtable::with(fd, |f| read_at_offset(f, unsafe { slice_mut(buf, n) })) {
+        Some(done) => done,
         // SAFETY: forwarding.
         None => unsafe { real::read(fd, buf, n) },
     }
@@ -474,9 +474,9 @@ pub unsafe extern "C" fn __read_chk(
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match fdtable::get(fd) {
-        // SAFETY: the caller passes a buffer of n bytes.
-        Some(f) => write_at_offset(&f, unsafe { slice(buf, n) }),
+    // SAFETY: the caller passes a buffer of n bytes.
+    match fdtable::with(fd, |f| write_at_offset(f, unsafe { slice(buf, n) })) {
+        Some(done) => done,
         // SAFETY: forwarding.
         None => unsafe { real::write(fd, buf, n) },
     }
@@ -491,9 +491,11 @@ macro_rules! pread_fn {
             n: size_t,
             off: $off,
         ) -> ssize_t {
-            match fdtable::get(fd) {
-                // SAFETY: the caller passes a buffer of n bytes.
-                Some(f) => pread_file(&f, unsafe { slice_mut(buf, n) }, off as i64),
+            // SAFETY: the caller passes a buffer of n bytes.
+            match fdtable::with(fd, |f| {
+                pread_file(f, unsafe { slice_mut(buf, n) }, off as i64)
+            }) {
+                Some(done) => done,
                 // SAFETY: forwarding.
                 None => unsafe { real::$real(fd, buf, n, off) },
             }
@@ -540,9 +542,9 @@ macro_rules! pwrite_fn {
             n: size_t,
             off: $off,
         ) -> ssize_t {
-            match fdtable::get(fd) {
-                // SAFETY: the caller passes a buffer of n bytes.
-                Some(f) => pwrite_file(&f, unsafe { slice(buf, n) }, off as i64),
+            // SAFETY: the caller passes a buffer of n bytes.
+            match fdtable::with(fd, |f| pwrite_file(f, unsafe { slice(buf, n) }, off as i64)) {
+                Some(done) => done,
                 // SAFETY: forwarding.
                 None => unsafe { real::$real(fd, buf, n, off) },
             }

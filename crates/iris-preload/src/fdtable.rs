@@ -3,7 +3,8 @@
 //! kernel's, and close, dup2, close-on-exec and inheritance keep working. The table maps the
 //! number to this process's view of the open file description.
 //!
-//! Lookup is one atomic load: no lock, no system call on the hot path.
+//! Lookup is an atomic load and a hazard slot (see `hazard`): no lock, no system call on the
+//! hot path, and a close racing a lookup of the same fd never frees what the lookup returns.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
@@ -86,16 +87,22 @@ fn slot(fd: i32) -> Option<&'static AtomicPtr<OpenFile>> {
 /// The open file behind `fd`, if it is an Iris fd.
 #[inline]
 pub(crate) fn get(fd: i32) -> Option<Arc<OpenFile>> {
-    let p = slot(fd)?.load(Ordering::Acquire);
-    if p.is_null() {
+    // Entries come from `Arc::into_raw` in `install` and leave through `retire`.
+    crate::hazard::acquire(slot(fd)?)
+}
+
+/// `f` of the open file behind `fd`, if it is an Iris fd, without taking a reference (see
+/// `hazard::with`: a close of `fd` in another thread waits until `f` returns). For reads and
+/// writes; the thread is inside Iris (signals held back) from before the file is pinned, so no
+/// handler of this thread can close it meanwhile and wait for itself.
+#[inline]
+pub(crate) fn with<R>(fd: i32, f: impl FnOnce(&OpenFile) -> R) -> Option<R> {
+    let entry = slot(fd)?;
+    if entry.load(Ordering::Relaxed).is_null() {
         return None;
     }
-    // SAFETY: non-null entries come from Arc::into_raw in `install` and keep one strong count
-    // until `remove` takes them out; we add a count for the caller before using it.
-    unsafe {
-        Arc::increment_strong_count(p);
-        Some(Arc::from_raw(p))
-    }
+    let _b = crate::state::Busy::enter();
+    crate::hazard::with(entry, f)
 }
 
 /// Whether `fd` is an Iris fd (cheap).
@@ -107,15 +114,13 @@ pub(crate) fn is_iris(fd: i32) -> bool {
 /// Make `fd` refer to `file`. Returns the description it replaced, if any.
 pub(crate) fn install(fd: i32, file: Arc<OpenFile>) -> Option<Arc<OpenFile>> {
     let s = slot(fd)?;
-    let old = s.swap(Arc::into_raw(file) as *mut OpenFile, Ordering::AcqRel);
-    // SAFETY: a non-null old entry carries the strong count `install` gave it.
-    (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+    let old = s.swap(Arc::into_raw(file) as *mut OpenFile, Ordering::SeqCst);
+    (!old.is_null()).then(|| crate::hazard::retire(old))
 }
 
 /// Forget `fd`; returns its description (the caller releases it).
 pub(crate) fn remove(fd: i32) -> Option<Arc<OpenFile>> {
     let s = slot(fd)?;
-    let old = s.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    // SAFETY: as in `install`.
-    (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+    let old = s.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    (!old.is_null()).then(|| crate::hazard::retire(old))
 }

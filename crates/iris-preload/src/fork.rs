@@ -30,6 +30,7 @@ extern "C" fn release_parent() {
 }
 
 extern "C" fn release_child() {
+    crate::hazard::clear_after_fork();
     if let Some(fs) = crate::state::fs_if_open() {
         // SAFETY: prepare took these locks in the parent of this child, in this thread.
         unsafe { fs.unlock_in_child() };

@@ -18,6 +18,7 @@ mod exec;
 mod exec_list;
 mod fdtable;
 mod fork;
+mod hazard;
 mod inherit;
 mod locks;
 mod mappings;
