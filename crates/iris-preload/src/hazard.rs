@@ -61,33 +61,46 @@ fn claim(p: *mut ()) -> &'static AtomicPtr<()> {
     }
 }
 
-/// A reference to what `entry` points at, or `None` if it is null. `entry` holds pointers from
-/// `Arc::into_raw`, each owning one strong count, and every pointer taken out of it goes
-/// through [`retire`] before that count is dropped.
+/// A claimed slot naming a pointer still in its table entry: while it lives, a `retire` of that
+/// pointer waits. Clears the slot when dropped (also when unwinding).
+struct Pin(&'static AtomicPtr<()>);
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.0.store(std::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// What `entry` points at, named in a slot after being seen in `entry`; `None` if null.
 #[inline]
-pub(crate) fn acquire<T>(entry: &AtomicPtr<T>) -> Option<Arc<T>> {
+fn pin<T>(entry: &AtomicPtr<T>) -> Option<(*mut T, Pin)> {
     loop {
         let p = entry.load(Ordering::Acquire);
         if p.is_null() {
             return None;
         }
-        let slot = claim(p.cast());
+        let pinned = Pin(claim(p.cast()));
         #[cfg(test)]
         tests::widen_window();
         // The claim is a full barrier: this load cannot pass it.
-        if entry.load(Ordering::SeqCst) != p {
-            slot.store(std::ptr::null_mut(), Ordering::Release);
-            continue;
+        if entry.load(Ordering::SeqCst) == p {
+            return Some((p, pinned));
         }
-        // SAFETY: `p` came from `Arc::into_raw` and was still in the table after our slot named
-        // it, so a remover that took it out since waits in `retire` until the slot is cleared:
-        // the table's count keeps it alive until the caller has its own.
-        let arc = unsafe {
-            Arc::increment_strong_count(p);
-            Arc::from_raw(p)
-        };
-        slot.store(std::ptr::null_mut(), Ordering::Release);
-        return Some(arc);
+    }
+}
+
+/// A reference to what `entry` points at, or `None` if it is null. `entry` holds pointers from
+/// `Arc::into_raw`, each owning one strong count, and every pointer taken out of it goes
+/// through [`retire`] before that count is dropped.
+#[inline]
+pub(crate) fn acquire<T>(entry: &AtomicPtr<T>) -> Option<Arc<T>> {
+    let (p, _pinned) = pin(entry)?;
+    // SAFETY: `p` came from `Arc::into_raw` and was still in the table after our slot named
+    // it, so a remover that took it out since waits in `retire` until the slot is cleared: the
+    // table's count keeps it alive until the caller has its own.
+    unsafe {
+        Arc::increment_strong_count(p);
+        Some(Arc::from_raw(p))
     }
 }
 
@@ -97,30 +110,10 @@ pub(crate) fn acquire<T>(entry: &AtomicPtr<T>) -> Option<Arc<T>> {
 /// they could wait on for long (reads and writes).
 #[inline]
 pub(crate) fn with<T, R>(entry: &AtomicPtr<T>, f: impl FnOnce(&T) -> R) -> Option<R> {
-    loop {
-        let p = entry.load(Ordering::Acquire);
-        if p.is_null() {
-            return None;
-        }
-        let slot = claim(p.cast());
-        #[cfg(test)]
-        tests::widen_window();
-        if entry.load(Ordering::SeqCst) != p {
-            slot.store(std::ptr::null_mut(), Ordering::Release);
-            continue;
-        }
-        /// Clears the slot when `f` returns or unwinds.
-        struct Clear(&'static AtomicPtr<()>);
-        impl Drop for Clear {
-            fn drop(&mut self) {
-                self.0.store(std::ptr::null_mut(), Ordering::Release);
-            }
-        }
-        let _clear = Clear(slot);
-        // SAFETY: as in `acquire`: still in the table after our slot named it, so the table's
-        // count keeps it alive until the slot is cleared.
-        return Some(f(unsafe { &*p }));
-    }
+    let (p, _pinned) = pin(entry)?;
+    // SAFETY: as in `acquire`: the table's count keeps it alive until the slot is cleared,
+    // after `f` returns.
+    Some(f(unsafe { &*p }))
 }
 
 /// Take ownership of `p`, just swapped out of a table entry (non-null, from `Arc::into_raw`),
