@@ -30,7 +30,7 @@ pub(crate) const UNDO_RECORD_BYTES: u64 = 32 + UNDO_MAX_BYTES;
 
 /// Writes of at least this many bytes go into the block with streaming stores (see
 /// `stream`): the block is usually cold, and ordinary stores would first read each of its
-/// lines. fio 4 KiB random writes, one job, alternated: 0.86-0.99M -> 1.01-1.10M IOPS; 512 B
+/// lines. fio 4 KiB random writes, one job, alternated: 0.86-0.99M -> 1.01-1.17M IOPS; 512 B
 /// writes lost 5-12 % that way (the fence waits for the stores, and fewer lines to skip).
 const STREAM_MIN_BYTES: u64 = 4096;
 

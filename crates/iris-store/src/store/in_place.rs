@@ -272,8 +272,8 @@ impl Store {
             if k.at.block >= inner.layout.data_start && k.at.block < inner.layout.max_blocks {
                 let at = inner.layout.offset(k.at.block) + offset as u64;
                 // Every line an ordinary copy stores into: the lock's release after the copy
-                // waits for each line the copy missed (512 B writes by hand: 1.32-1.39M ->
-                // 1.52-1.57M IOPS). A streamed copy loads none: its first line only, as before
+                // waits for each line the copy missed (512 B writes by hand: 1.28-1.39M ->
+                // 1.48-1.57M IOPS). A streamed copy loads none: its first line only, as before
                 // (all of them cost 4 KiB writes 10 %).
                 let bytes = if crate::undo::streams(data.len()) {
                     1
