@@ -87,8 +87,14 @@ fn slot(fd: i32) -> Option<&'static AtomicPtr<OpenFile>> {
 /// The open file behind `fd`, if it is an Iris fd.
 #[inline]
 pub(crate) fn get(fd: i32) -> Option<Arc<OpenFile>> {
-    // Entries come from `Arc::into_raw` in `install` and leave through `retire`.
-    crate::hazard::acquire(slot(fd)?)
+    let entry = slot(fd)?;
+    if entry.load(Ordering::Relaxed).is_null() {
+        return None;
+    }
+    // Signals held back while the file is named in a slot (see `with`). Entries come from
+    // `Arc::into_raw` in `install` and leave through `retire`.
+    let _b = crate::state::Busy::enter();
+    crate::hazard::acquire(entry)
 }
 
 /// `f` of the open file behind `fd`, if it is an Iris fd, without taking a reference (see

@@ -14,9 +14,8 @@
 //! A slot is chosen from the address of the reader's stack, so threads seldom share one (each
 //! slot fills a cache line of its own); a taken slot sends the reader to the next.
 //!
-//! Left open: a signal handler that closes an fd, run in the few instructions between a
-//! thread's claim of a slot for that fd's file and its reference (outside `fdtable::with`,
-//! which holds signals back), would wait for its own thread for ever.
+//! The fd table's callers hold signals back (`Busy`) while a slot is theirs: a handler that
+//! closed the fd meanwhile would wait in `retire` for its own thread for ever.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
