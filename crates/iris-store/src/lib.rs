@@ -8,6 +8,7 @@
 
 mod allocator;
 mod blocklist;
+mod checksum;
 mod commit;
 mod error;
 mod failpoint;

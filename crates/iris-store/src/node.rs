@@ -573,8 +573,8 @@ impl Node {
     /// then the heap; not the free gap between them, which nothing reads.
     pub fn compute_checksum(&self) -> u32 {
         let b = self.region.bytes(self.off, self.bs);
-        let crc = crc32c::crc32c(&b[..H_CRC as usize]);
-        let crc = crc32c::crc32c_append(crc, &[0u8; 4]);
+        let mut crc = crate::checksum::Pieces::new();
+        crc.add(&b[..H_CRC as usize]).add(&[0u8; 4]);
         let slot = if self.is_leaf() {
             LEAF_SLOT
         } else {
@@ -582,8 +582,9 @@ impl Node {
         };
         // `load` checked both bounds: slots end at or before the heap, the heap in the block.
         let slots_end = (NODE_HEADER + u64::from(self.count) * slot) as usize;
-        let crc = crc32c::crc32c_append(crc, &b[(H_CRC + 4) as usize..slots_end]);
-        crc32c::crc32c_append(crc, &b[self.heap as usize..])
+        crc.add(&b[(H_CRC + 4) as usize..slots_end])
+            .add(&b[self.heap as usize..])
+            .value()
     }
 
     /// The stored checksum.

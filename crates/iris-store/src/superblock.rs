@@ -114,7 +114,7 @@ impl Superblock {
             let at = SNAP_OFF + i * SNAP_ENTRY_BYTES;
             s.encode(&mut b[at..at + SNAP_ENTRY_BYTES]);
         }
-        let crc = crc32c::crc32c(&b[..CHECKSUM_OFF]);
+        let crc = crate::checksum::crc32c(&b[..CHECKSUM_OFF]);
         b[CHECKSUM_OFF..].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -130,7 +130,7 @@ impl Superblock {
         }
         // The checksum first: a flipped version byte is corruption, an intact superblock of
         // another version a volume of another format.
-        if crc32c::crc32c(&b[..CHECKSUM_OFF]) != le32(b, CHECKSUM_OFF) {
+        if crate::checksum::crc32c(&b[..CHECKSUM_OFF]) != le32(b, CHECKSUM_OFF) {
             return Err(bad("checksum mismatch"));
         }
         let version = le32(b, 8);
