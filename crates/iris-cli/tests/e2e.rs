@@ -493,6 +493,15 @@ fn a_close_racing_reads_and_writes_of_its_fd_neither_crashes_nor_hangs() {
 }
 
 #[test]
+fn reused_descriptions_start_afresh_and_are_never_ones_a_child_holds() {
+    let v = Volume::new("descreuse");
+    let bin = Program::build("reuse_descriptions", &[]);
+    let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
+    assert_eq!(stdout, "reopen ok\nfork ok\nspawn ok\ndup ok\nchurn ok\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn a_child_forked_while_the_volume_is_being_opened_does_not_hang() {
     let v = Volume::new("forkstart");
     v.sh_ok("mkdir /iris/start");

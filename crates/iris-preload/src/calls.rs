@@ -189,6 +189,20 @@ fn drop_file(file: Arc<OpenFile>) {
     }
 }
 
+/// [`drop_file`] for the last reference to an open file, whose last fd `fd` is being closed:
+/// as `drop_file`, then the description is retired through `fd` (see `Desc::retire`).
+fn retire_last(file: OpenFile, fd: c_int) {
+    for lock_fd in [file.flock_fd(), file.ofd_fd()].into_iter().flatten() {
+        // SAFETY: closing the description's own lock-file fds drops its flock and OFD locks.
+        unsafe { real::close(lock_fd) };
+    }
+    if let Some(fs) = state::fs() {
+        let _b = Busy::enter();
+        let _ = fs.release(file.ino);
+    }
+    file.desc.retire(fd);
+}
+
 macro_rules! open_fn {
     ($name:ident, $real:ident) => {
         #[no_mangle]
@@ -291,7 +305,12 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
                     let _ = crate::shadow::write_back(fs, file.ino);
                 }
             }
-            drop_file(file);
+            match Arc::try_unwrap(file) {
+                // Its last fd, and no call in flight holds it: the description may be kept
+                // for reuse (before `fd` is closed below).
+                Ok(last) => retire_last(last, fd),
+                Err(file) => drop_file(file),
+            }
             true
         }
         None => false,
@@ -1336,6 +1355,9 @@ fn fcntl_iris(fd: c_int, file: Arc<OpenFile>, cmd: c_int, arg: usize) -> c_int {
             // SAFETY: duplicating the placeholder fd.
             let new = unsafe { real::fcntl(fd, cmd, arg) };
             if new >= 0 {
+                if cmd == libc::F_DUPFD {
+                    file.desc.note_inheritable();
+                }
                 if let Some(prev) = fdtable::install(new, file) {
                     drop_file(prev);
                 }
@@ -1348,6 +1370,13 @@ fn fcntl_iris(fd: c_int, file: Arc<OpenFile>, cmd: c_int, arg: usize) -> c_int {
         | libc::F_OFD_SETLK
         | libc::F_OFD_SETLKW
         | libc::F_OFD_GETLK => crate::locks::fcntl_lock(&file, cmd, arg),
+        libc::F_SETFD => {
+            if arg as c_int & libc::FD_CLOEXEC == 0 {
+                file.desc.note_inheritable();
+            }
+            // SAFETY: fd flags (close-on-exec) live on the placeholder.
+            unsafe { real::fcntl(fd, cmd, arg) }
+        }
         // SAFETY: fd flags (close-on-exec) and the rest live on the placeholder.
         _ => unsafe { real::fcntl(fd, cmd, arg) },
     }
@@ -1377,19 +1406,25 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     let new = unsafe { real::dup(fd) };
     if new >= 0 {
         if let Some(f) = fdtable::get(fd) {
+            f.desc.note_inheritable();
             fdtable::install(new, f);
         }
     }
     new
 }
 
-fn after_dup2(old: c_int, new: c_int) {
+fn after_dup2(old: c_int, new: c_int, cloexec: bool) {
     if old == new {
         return;
     }
     let src = fdtable::get(old);
     let prev = match src {
-        Some(f) => fdtable::install(new, f),
+        Some(f) => {
+            if !cloexec {
+                f.desc.note_inheritable();
+            }
+            fdtable::install(new, f)
+        }
         None => fdtable::remove(new),
     };
     if let Some(p) = prev {
@@ -1403,7 +1438,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     // SAFETY: forwarding.
     let r = unsafe { real::dup2(old, new) };
     if r >= 0 {
-        after_dup2(old, new);
+        after_dup2(old, new, false);
         crate::stdio::sync_std_stream(new);
     }
     r
@@ -1415,7 +1450,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     // SAFETY: forwarding.
     let r = unsafe { real::dup3(old, new, flags) };
     if r >= 0 {
-        after_dup2(old, new);
+        after_dup2(old, new, flags & libc::O_CLOEXEC != 0);
         crate::stdio::sync_std_stream(new);
     }
     r

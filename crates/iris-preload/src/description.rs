@@ -4,7 +4,7 @@
 //! exec or SCM_RIGHTS) maps the same page, so offsets are shared exactly as POSIX shares them,
 //! and a new program image finds its inherited Iris fds by scanning /proc/self/fd for these memfds.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::real;
 
@@ -31,6 +31,20 @@ const _: () = assert!(std::mem::size_of::<SharedDesc>() <= PAGE);
 /// A mapped description.
 pub(crate) struct Desc {
     page: *mut SharedDesc,
+    /// [`FORKS`] when it was made here; `u64::MAX` when adopted (inherited at exec).
+    born: u64,
+    /// No fd of it has been inheritable (without close-on-exec) as far as this process saw.
+    private: AtomicBool,
+}
+
+/// Forks and spawns this process has made: a description made before one may have an fd in
+/// the child, and is never reused (see [`Desc::retire`]).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// A child is about to be made (fork, posix_spawn): every description made so far may be
+/// shared with it from now on. Called before the child exists.
+pub(crate) fn note_fork() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
 }
 
 // SAFETY: the page is shared memory accessed only through atomics.
@@ -45,7 +59,7 @@ impl Drop for Desc {
     }
 }
 
-fn map(fd: i32) -> Option<Desc> {
+fn map(fd: i32) -> Option<*mut SharedDesc> {
     // SAFETY: mapping one shared page of a memfd we own or inherited; checked for failure.
     let p = unsafe {
         real::mmap(
@@ -60,7 +74,7 @@ fn map(fd: i32) -> Option<Desc> {
     if p == libc::MAP_FAILED {
         return None;
     }
-    Some(Desc { page: p.cast() })
+    Some(p.cast())
 }
 
 impl Desc {
@@ -72,6 +86,36 @@ impl Desc {
         is_dir: bool,
         cloexec: bool,
     ) -> Result<(i32, Desc), i32> {
+        let (fd, page) = match crate::desc_pool::take(cloexec) {
+            Some((fd, page)) => (fd, page.cast::<SharedDesc>()),
+            None => match Self::make(cloexec) {
+                Ok(made) => made,
+                Err(libc::EMFILE) => {
+                    // The spares hold numbers the program needs.
+                    crate::desc_pool::drain();
+                    Self::make(cloexec)?
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let d = Desc {
+            page,
+            born: FORKS.load(Ordering::SeqCst),
+            private: AtomicBool::new(cloexec),
+        };
+        let s = d.shared();
+        s.volume_id.store(volume_id, Ordering::Relaxed);
+        s.ino.store(ino, Ordering::Relaxed);
+        s.flags.store(flags, Ordering::Relaxed);
+        s.is_dir.store(u32::from(is_dir), Ordering::Relaxed);
+        s.offset.store(0, Ordering::Relaxed);
+        s.lock.store(0, Ordering::Relaxed);
+        s.magic.store(DESC_MAGIC, Ordering::Release);
+        Ok((fd, d))
+    }
+
+    /// A new description memfd and its mapped page.
+    fn make(cloexec: bool) -> Result<(i32, *mut SharedDesc), i32> {
         let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
         // SAFETY: a NUL-terminated name; memfd_create has no memory side effects.
         let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), mfd_flags) };
@@ -87,29 +131,54 @@ impl Desc {
             unsafe { real::close(fd) };
             return Err(e);
         }
-        let Some(d) = map(fd) else {
+        let Some(page) = map(fd) else {
             let e = last_errno();
             // SAFETY: closing our own fd.
             unsafe { real::close(fd) };
             return Err(e);
         };
-        let s = d.shared();
-        s.volume_id.store(volume_id, Ordering::Relaxed);
-        s.ino.store(ino, Ordering::Relaxed);
-        s.flags.store(flags, Ordering::Relaxed);
-        s.is_dir.store(u32::from(is_dir), Ordering::Relaxed);
-        s.offset.store(0, Ordering::Relaxed);
-        s.magic.store(DESC_MAGIC, Ordering::Release);
-        Ok((fd, d))
+        Ok((fd, page))
     }
 
     /// Adopt an inherited fd if it is a description of volume `volume_id`.
     pub fn adopt(fd: i32, volume_id: u64) -> Option<Desc> {
-        let d = map(fd)?;
+        let d = Desc {
+            page: map(fd)?,
+            born: u64::MAX,
+            private: AtomicBool::new(false),
+        };
         let s = d.shared();
         (s.magic.load(Ordering::Acquire) == DESC_MAGIC
             && s.volume_id.load(Ordering::Relaxed) == volume_id)
             .then_some(d)
+    }
+
+    /// An fd of this description was made inheritable (dup, dup2, F_DUPFD, F_SETFD without
+    /// FD_CLOEXEC): a child spawned from now on may hold it, so it is never reused.
+    pub fn note_inheritable(&self) {
+        self.private.store(false, Ordering::Relaxed);
+    }
+
+    /// Dispose of the description as its last fd in this process, `fd`, is closed (the caller
+    /// closes `fd` after this): kept for reuse (see `desc_pool`) when it never left the
+    /// process: made here, no fork or spawn since, and close-on-exec all along (checked once
+    /// more on `fd`, which an ioctl may have changed unseen); else unmapped.
+    pub fn retire(self, fd: i32) {
+        let cloexec = || {
+            // SAFETY: F_GETFD reads the fd's flags and changes nothing.
+            let f = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+            f >= 0 && f & libc::FD_CLOEXEC != 0
+        };
+        if self.private.load(Ordering::Relaxed)
+            && self.born == FORKS.load(Ordering::SeqCst)
+            && cloexec()
+        {
+            self.shared().magic.store(0, Ordering::Release);
+            if crate::desc_pool::put(fd, self.page.cast()) {
+                // The pool owns the mapping now.
+                std::mem::forget(self);
+            }
+        }
     }
 
     /// The shared state.

@@ -164,6 +164,8 @@ pub unsafe extern "C" fn posix_spawn(
 ) -> c_int {
     // SAFETY: the caller's environment array.
     let (_keep, env) = unsafe { patched_env(envp.cast()) };
+    // Its file actions may give the child an inheritable copy of any fd.
+    crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
     unsafe { real::posix_spawn(pid, path, actions, attr, argv, env.as_ptr().cast()) }
 }
@@ -179,6 +181,8 @@ pub unsafe extern "C" fn posix_spawnp(
 ) -> c_int {
     // SAFETY: the caller's environment array.
     let (_keep, env) = unsafe { patched_env(envp.cast()) };
+    // Its file actions may give the child an inheritable copy of any fd.
+    crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
     unsafe { real::posix_spawnp(pid, file, actions, attr, argv, env.as_ptr().cast()) }
 }

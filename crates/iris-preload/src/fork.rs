@@ -11,6 +11,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 extern "C" fn prepare() {
+    // Before the child exists: no description made so far is reused from here on.
+    crate::description::note_fork();
     crate::state::lock_for_fork();
     crate::cwd::lock_for_fork();
     crate::shadow::lock_for_fork();
@@ -31,6 +33,7 @@ extern "C" fn release_parent() {
 
 extern "C" fn release_child() {
     crate::hazard::clear_after_fork();
+    crate::desc_pool::empty_in_child();
     if let Some(fs) = crate::state::fs_if_open() {
         // SAFETY: prepare took these locks in the parent of this child, in this thread.
         unsafe { fs.unlock_in_child() };

@@ -10,6 +10,7 @@
 mod aliases;
 mod calls;
 mod cwd;
+mod desc_pool;
 mod description;
 mod dirstream;
 mod errno;
