@@ -30,6 +30,9 @@ pub fn create_volume(volume: &Path, opts: &CreateOptions) -> Result<Fs, String> 
             .map_err(|e| format!("{}: {}", volume.display(), errno_text(e)))?;
         commit(&fs, volume)?;
     }
+    // Huge pages for the new volume's space now, once (on a RAM drive), rather than in the
+    // background of the first programs to use it.
+    fs.store().settle_pages();
     Ok(fs)
 }
 

@@ -48,6 +48,45 @@ print("waited", time.time() - t > 0.3)
 }
 
 #[test]
+fn closing_any_fd_of_a_file_drops_the_process_record_locks_on_it_and_only_on_it() {
+    let v = Volume::new("lockclose");
+    let script = r#"
+import fcntl, os, sys, time
+def busy(path):
+    with open(path, "a+") as f:
+        try:
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except OSError:
+            return True
+if sys.argv[1] == "hold":
+    x = open("/iris/x", "a+"); y = open("/iris/y", "a+")
+    fcntl.lockf(x, fcntl.LOCK_EX); fcntl.lockf(y, fcntl.LOCK_EX)
+    open("/iris/other", "a+").close()          # another file: both locks stay
+    open("/iris/step1", "w").close()
+    while not os.path.exists("/iris/seen1"): time.sleep(0.01)
+    os.close(os.open("/iris/x", os.O_RDONLY))  # another fd of x: x's lock goes, y's stays
+    open("/iris/step2", "w").close()
+    while not os.path.exists("/iris/seen2"): time.sleep(0.01)
+    sys.exit(0)
+while not os.path.exists("/iris/step1"): time.sleep(0.01)
+print("after another file:", busy("/iris/x"), busy("/iris/y"))
+open("/iris/seen1", "w").close()
+while not os.path.exists("/iris/step2"): time.sleep(0.01)
+print("after another fd of x:", busy("/iris/x"), busy("/iris/y"))
+open("/iris/seen2", "w").close()
+"#;
+    let py = format!("/dev/shm/iris-lkc-{}.py", std::process::id());
+    std::fs::write(&py, script).expect("script");
+    let out = v.sh_ok(&format!("python3 {py} hold & python3 {py} check; wait"));
+    std::fs::remove_file(&py).ok();
+    assert_eq!(
+        out,
+        "after another file: True True\nafter another fd of x: False True\n"
+    );
+}
+
+#[test]
 fn fork_shares_the_file_offset() {
     let v = Volume::new("fork");
     let out = v.sh_ok(

@@ -298,6 +298,11 @@ impl Media for MappedMedia {
         // which never shrinks: this runs under no lock.)
         if self.allocate_with(current, to, false).is_ok() && self.kind == MediaKind::Ram {
             self.populate(current, to);
+            // Huge pages too, in this thread (no lock held), so that the processes that use
+            // the space do not each start on it in their commit timers.
+            if let (Ok(from), Ok(end)) = (usize::try_from(current), usize::try_from(to)) {
+                let _ = self.map.collapse(from, end);
+            }
         }
     }
 

@@ -47,7 +47,13 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         fs.resolve(&c, start, path, true)
             .and_then(|dir| fs.create_unnamed(&c, dir, mode & !umask_now() & 0o7777))
     } else {
-        fs.open(&cred(), start, path, flags, mode & !umask_now() & 0o7777)
+        // The mask matters only to a file this open may create (two system calls).
+        let mode = if flags & libc::O_CREAT != 0 {
+            mode & !umask_now() & 0o7777
+        } else {
+            0
+        };
+        fs.open(&cred(), start, path, flags, mode)
     };
     let inode = match opened {
         Ok(i) => i,

@@ -76,10 +76,7 @@ fn high_min() -> i32 {
 
 /// Whether `fd` is the memfd (`dev`, `ino`).
 fn names(fd: i32, dev: u64, ino: u64) -> bool {
-    // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes the struct we pass; a bad fd fails with EBADF.
-    (unsafe { real::fstat(fd, &mut st) } == 0) && st.st_dev == dev && st.st_ino == ino
+    id_of(fd) == Some((dev, ino))
 }
 
 fn unmap(page: *mut c_void) {
@@ -90,9 +87,21 @@ fn unmap(page: *mut c_void) {
     unsafe { real::munmap(page, PAGE) };
 }
 
-/// A spare moved to the lowest free fd number (close-on-exec when `cloexec`), and its mapped
-/// page (the caller writes the description anew); `None` when there is none.
-pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void)> {
+/// The identity of a memfd (device and inode numbers), by which a spare is checked.
+pub(crate) type MemfdId = (u64, u64);
+
+/// The identity of the memfd `fd`, if fstat succeeds.
+pub(crate) fn id_of(fd: i32) -> Option<MemfdId> {
+    // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes the struct we pass.
+    (unsafe { real::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// A spare moved to the lowest free fd number (close-on-exec when `cloexec`), its mapped page
+/// (the caller writes the description anew) and its memfd's identity; `None` when there is
+/// none.
+pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void, MemfdId)> {
     for e in POOL.iter() {
         if e.state.load(Ordering::Relaxed) != FULL
             || e.state
@@ -129,15 +138,15 @@ pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void)> {
         }
         // SAFETY: `high` names our memfd (its duplicate `low` does): closing our own fd.
         unsafe { real::close(high) };
-        return Some((low, page));
+        return Some((low, page, (dev, ino)));
     }
     None
 }
 
-/// Keep the memfd `fd` (whose last close the caller makes next) and its mapped `page` for
-/// reuse; `false` (nothing kept, `fd` and `page` untouched) when the pool is full or the memfd
-/// cannot move to a high number.
-pub(crate) fn put(fd: i32, page: *mut c_void) -> bool {
+/// Keep the memfd `fd` (identity `id`, whose last close the caller makes next) and its mapped
+/// `page` for reuse; `false` (nothing kept, `fd` and `page` untouched) when the pool is full or
+/// the memfd cannot move to a high number.
+pub(crate) fn put(fd: i32, page: *mut c_void, id: MemfdId) -> bool {
     let min = high_min();
     if min < 0 {
         return false;
@@ -152,21 +161,14 @@ pub(crate) fn put(fd: i32, page: *mut c_void) -> bool {
     };
     // SAFETY: duplicating the caller's fd to a free number at or above `min`.
     let high = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, min as usize) };
-    // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes the struct we pass.
-    if high < 0 || unsafe { real::fstat(high, &mut st) } != 0 {
-        if high >= 0 {
-            // SAFETY: closing the duplicate just made.
-            unsafe { real::close(high) };
-        }
+    if high < 0 {
         e.state.store(EMPTY, Ordering::Release);
         return false;
     }
     e.fd.store(high, Ordering::Relaxed);
     e.page.store(page, Ordering::Relaxed);
-    e.dev.store(st.st_dev, Ordering::Relaxed);
-    e.ino.store(st.st_ino, Ordering::Relaxed);
+    e.dev.store(id.0, Ordering::Relaxed);
+    e.ino.store(id.1, Ordering::Relaxed);
     e.state.store(FULL, Ordering::Release);
     true
 }
@@ -239,30 +241,27 @@ mod tests {
         }
     }
 
-    fn ino_of(fd: i32) -> u64 {
-        // SAFETY: fstat into a zeroed struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
-        st.st_ino
-    }
-
     #[test]
     fn a_spare_comes_back_at_the_lowest_free_number_unless_its_number_was_taken() {
         // One test: the pool is the process's.
         let (fd, page) = spare();
-        let ino = ino_of(fd);
-        assert!(put(fd, page));
+        let id = id_of(fd).expect("fstat");
+        assert!(put(fd, page, id));
         assert_eq!(spares(), 1);
         // SAFETY: the caller of `put` closes its fd next, as close() does.
         unsafe { libc::close(fd) };
-        let (low, back) = take(true).expect("the spare");
-        assert_eq!((ino_of(low), back), (ino, page), "the same memfd and page");
+        let (low, back, back_id) = take(true).expect("the spare");
+        assert_eq!(
+            (id_of(low), back, back_id),
+            (Some(id), page, id),
+            "the same memfd and page"
+        );
         // (The lowest free number: `fd` here, unless another test took or freed one meanwhile.)
         assert!(low < high_min(), "moved back down from its high number");
         assert_eq!(spares(), 0);
 
         // The program closes the spare's high number and opens a file of its own there.
-        assert!(put(low, back));
+        assert!(put(low, back, id));
         // SAFETY: closing the low number, as close() does after `put`.
         unsafe { libc::close(low) };
         let high = POOL

@@ -35,6 +35,8 @@ pub(crate) struct Desc {
     born: u64,
     /// No fd of it has been inheritable (without close-on-exec) as far as this process saw.
     private: AtomicBool,
+    /// Its memfd's identity, when made here (a spare is checked by it, see `desc_pool`).
+    memfd: Option<crate::desc_pool::MemfdId>,
 }
 
 /// Forks and spawns this process has made: a description made before one may have an fd in
@@ -86,8 +88,8 @@ impl Desc {
         is_dir: bool,
         cloexec: bool,
     ) -> Result<(i32, Desc), i32> {
-        let (fd, page) = match crate::desc_pool::take(cloexec) {
-            Some((fd, page)) => (fd, page.cast::<SharedDesc>()),
+        let (fd, page, memfd) = match crate::desc_pool::take(cloexec) {
+            Some((fd, page, id)) => (fd, page.cast::<SharedDesc>(), Some(id)),
             None => match Self::make(cloexec) {
                 Ok(made) => made,
                 Err(libc::EMFILE) => {
@@ -102,6 +104,7 @@ impl Desc {
             page,
             born: FORKS.load(Ordering::SeqCst),
             private: AtomicBool::new(cloexec),
+            memfd,
         };
         let s = d.shared();
         s.volume_id.store(volume_id, Ordering::Relaxed);
@@ -114,8 +117,11 @@ impl Desc {
         Ok((fd, d))
     }
 
-    /// A new description memfd and its mapped page.
-    fn make(cloexec: bool) -> Result<(i32, *mut SharedDesc), i32> {
+    /// A new description memfd, its mapped page and its identity (if fstat tells it).
+    #[allow(clippy::type_complexity)]
+    fn make(
+        cloexec: bool,
+    ) -> Result<(i32, *mut SharedDesc, Option<crate::desc_pool::MemfdId>), i32> {
         let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
         // SAFETY: a NUL-terminated name; memfd_create has no memory side effects.
         let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), mfd_flags) };
@@ -137,7 +143,7 @@ impl Desc {
             unsafe { real::close(fd) };
             return Err(e);
         };
-        Ok((fd, page))
+        Ok((fd, page, crate::desc_pool::id_of(fd)))
     }
 
     /// Adopt an inherited fd if it is a description of volume `volume_id`.
@@ -146,6 +152,7 @@ impl Desc {
             page: map(fd)?,
             born: u64::MAX,
             private: AtomicBool::new(false),
+            memfd: None,
         };
         let s = d.shared();
         (s.magic.load(Ordering::Acquire) == DESC_MAGIC
@@ -169,12 +176,13 @@ impl Desc {
             let f = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
             f >= 0 && f & libc::FD_CLOEXEC != 0
         };
+        let Some(id) = self.memfd else { return };
         if self.private.load(Ordering::Relaxed)
             && self.born == FORKS.load(Ordering::SeqCst)
             && cloexec()
         {
             self.shared().magic.store(0, Ordering::Release);
-            if crate::desc_pool::put(fd, self.page.cast()) {
+            if crate::desc_pool::put(fd, self.page.cast(), id) {
                 // The pool owns the mapping now.
                 std::mem::forget(self);
             }

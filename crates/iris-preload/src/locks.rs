@@ -13,7 +13,7 @@
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
 //! beyond are clamped to the window's end).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use iris_fs::ForkSafeMutex as Mutex;
 
@@ -260,6 +260,10 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
     };
     // SAFETY: record-lock commands pass a struct flock pointer.
     let req = unsafe { &mut *lk };
+    if !ofd && matches!(cmd, libc::F_SETLK | libc::F_SETLKW) && req.l_type != libc::F_UNLCK as i16 {
+        // Before the lock exists: a close racing it still releases it.
+        note_locked(file.ino);
+    }
     let (start, len) = match window(file, req) {
         Ok(w) => w,
         Err(e) => return crate::errno::fail(e),
@@ -288,9 +292,32 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
     r
 }
 
+/// Inodes this process may hold record locks on, a bit per bucket of inode numbers (set at
+/// each lock, never cleared): the close of a file it never locked skips the unlock, a system
+/// call (and the first close no longer opens the lock file). A forked child starts with no
+/// locks but its parent's bits (a spare unlock); an exec drops every lock (the lock file's fd
+/// is close-on-exec) and the new image starts with no bits.
+static LOCKED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+fn locked_bit(ino: u64) -> (&'static AtomicU64, u64) {
+    let b = ino % (64 * 64);
+    (&LOCKED[(b / 64) as usize], 1 << (b % 64))
+}
+
+fn note_locked(ino: u64) {
+    let (word, bit) = locked_bit(ino);
+    if word.load(Ordering::Relaxed) & bit == 0 {
+        word.fetch_or(bit, Ordering::SeqCst);
+    }
+}
+
 /// POSIX: closing any fd of a file drops the process's record locks on it.
 pub(crate) fn release_process_locks(ino: u64) {
     if ino >= MAX_INO {
+        return;
+    }
+    let (word, bit) = locked_bit(ino);
+    if word.load(Ordering::SeqCst) & bit == 0 {
         return;
     }
     let Some(fd) = record_fd() else { return };
