@@ -502,6 +502,14 @@ fn reused_descriptions_start_afresh_and_are_never_ones_a_child_holds() {
 }
 
 #[test]
+fn spare_descriptions_give_their_fd_numbers_back_when_the_program_runs_out() {
+    let v = Volume::new("spares");
+    let bin = Program::build("spares_and_fd_limit", &[]);
+    let stdout = v.sh_ok(&format!("timeout 60 {}", bin.0));
+    assert!(stdout.starts_with("same "), "{stdout}");
+}
+
+#[test]
 fn a_child_forked_while_the_volume_is_being_opened_does_not_hang() {
     let v = Volume::new("forkstart");
     v.sh_ok("mkdir /iris/start");

@@ -209,6 +209,16 @@ fn retire_last(file: OpenFile, fd: c_int) {
     file.desc.retire(fd);
 }
 
+/// An open of a host file: when the process is out of fd numbers (EMFILE), the spare
+/// descriptions' numbers are given back (see `desc_pool`) and the open tried once more.
+fn host_open(open: impl Fn() -> c_int) -> c_int {
+    let fd = open();
+    if fd < 0 && crate::errno::get() == libc::EMFILE && crate::desc_pool::drain() > 0 {
+        return open();
+    }
+    fd
+}
+
 macro_rules! open_fn {
     ($name:ident, $real:ident) => {
         #[no_mangle]
@@ -217,7 +227,7 @@ macro_rules! open_fn {
             match unsafe { target(path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, mode),
                 // SAFETY: forwarding the caller's arguments to libc.
-                Target::Host => unsafe { real::$real(path, flags, mode) },
+                Target::Host => host_open(|| unsafe { real::$real(path, flags, mode) }),
             }
         }
     };
@@ -233,7 +243,7 @@ macro_rules! open2_fn {
             match unsafe { target(path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, 0),
                 // SAFETY: forwarding.
-                Target::Host => unsafe { real::$real(path, flags) },
+                Target::Host => host_open(|| unsafe { real::$real(path, flags) }),
             }
         }
     };
@@ -254,7 +264,7 @@ macro_rules! openat_fn {
             match unsafe { target_at(dirfd, path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, mode),
                 // SAFETY: forwarding.
-                Target::Host => unsafe { real::$real(dirfd, path, flags, mode) },
+                Target::Host => host_open(|| unsafe { real::$real(dirfd, path, flags, mode) }),
             }
         }
     };
@@ -270,7 +280,7 @@ macro_rules! openat2_fn {
             match unsafe { target_at(dirfd, path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, 0),
                 // SAFETY: forwarding.
-                Target::Host => unsafe { real::$real(dirfd, path, flags) },
+                Target::Host => host_open(|| unsafe { real::$real(dirfd, path, flags) }),
             }
         }
     };
@@ -291,7 +301,7 @@ macro_rules! creat_fn {
                     mode,
                 ),
                 // SAFETY: forwarding.
-                Target::Host => unsafe { real::$real(path, mode) },
+                Target::Host => host_open(|| unsafe { real::$real(path, mode) }),
             }
         }
     };

@@ -51,6 +51,9 @@ static POOL: [Entry; SLOTS] = [const { Entry::new() }; SLOTS];
 
 /// The lowest fd number spares are moved to (0: not computed yet, -1: no pooling).
 static HIGH_MIN: AtomicI32 = AtomicI32::new(0);
+/// The highest fd number a spare may take: above it, the program uses most of its numbers and
+/// would meet EMFILE early (in calls Iris does not see) for numbers spares hold.
+static HIGH_MAX: AtomicI32 = AtomicI32::new(0);
 
 /// Spares live at or above half the soft limit of open files, at most 512: far above the
 /// numbers programs use, within the limit (fd tables grow to the highest number in use).
@@ -70,6 +73,8 @@ fn high_min() -> i32 {
     } else {
         i32::try_from((lim.rlim_cur / 2).min(512)).unwrap_or(512)
     };
+    let max = i32::try_from(lim.rlim_cur / 4 * 3).unwrap_or(i32::MAX);
+    HIGH_MAX.store(max, Ordering::Relaxed);
     HIGH_MIN.store(v, Ordering::Relaxed);
     v
 }
@@ -161,7 +166,11 @@ pub(crate) fn put(fd: i32, page: *mut c_void, id: MemfdId) -> bool {
     };
     // SAFETY: duplicating the caller's fd to a free number at or above `min`.
     let high = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, min as usize) };
-    if high < 0 {
+    if high < 0 || high > HIGH_MAX.load(Ordering::Relaxed) {
+        if high >= 0 {
+            // SAFETY: closing the duplicate just made.
+            unsafe { real::close(high) };
+        }
         e.state.store(EMPTY, Ordering::Release);
         return false;
     }
@@ -186,8 +195,9 @@ pub(crate) fn empty_in_child() {
     }
 }
 
-/// Give every spare's fd number back (the program is out of numbers: EMFILE).
-pub(crate) fn drain() {
+/// Give every spare's fd number back (the program is out of numbers: EMFILE); how many.
+pub(crate) fn drain() -> usize {
+    let mut given = 0;
     for e in POOL.iter() {
         if e.state
             .compare_exchange(FULL, BUSY, Ordering::Acquire, Ordering::Relaxed)
@@ -206,7 +216,9 @@ pub(crate) fn drain() {
         }
         unmap(e.page.load(Ordering::Relaxed));
         e.state.store(EMPTY, Ordering::Release);
+        given += 1;
     }
+    given
 }
 
 /// How many spares the pool holds (for tests).

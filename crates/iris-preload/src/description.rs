@@ -94,7 +94,7 @@ impl Desc {
                 Ok(made) => made,
                 Err(libc::EMFILE) => {
                     // The spares hold numbers the program needs.
-                    crate::desc_pool::drain();
+                    let _ = crate::desc_pool::drain();
                     Self::make(cloexec)?
                 }
                 Err(e) => return Err(e),
