@@ -87,6 +87,28 @@ open("/iris/seen2", "w").close()
 }
 
 #[test]
+fn python_subprocesses_leave_the_parents_iris_fds_alone() {
+    // Python's subprocess forks with vfork and closes every fd above 2 in the child, and its
+    // dup2 of a pipe onto fd 1 replaces the (Iris) stdout there: neither may touch the
+    // parent's fds, which share the child's memory under vfork.
+    let v = Volume::new("pysub");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import os, subprocess, sys
+fd = os.open("/iris/f", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b"hello world")
+for i in range(3):
+    subprocess.run(["true"])
+r = subprocess.run(["echo", "piped"], stdout=subprocess.PIPE).stdout
+os.lseek(fd, 0, 0)
+print(os.read(fd, 100).decode(), r.decode().strip(), flush=True)
+os.write(1, b"still the file\n")
+' > /iris/out && cat /iris/out"#,
+    );
+    assert_eq!(out, "hello world piped\nstill the file\n");
+}
+
+#[test]
 fn fork_shares_the_file_offset() {
     let v = Volume::new("fork");
     let out = v.sh_ok(

@@ -5,8 +5,9 @@
 //! the file system's tables of open counts and block maps, the range lock of each open file)
 //! so the fork happens between operations; both sides release them after, and the child
 //! forgets the byte ranges the parent's threads held in flight. Locks in the volume's shared
-//! memory need nothing: the parent's threads live on and release them. (vfork and posix_spawn
-//! run no handlers and need none: the child runs nothing of Iris before exec.)
+//! memory need nothing: the parent's threads live on and release them. (posix_spawn runs no
+//! handlers and needs none: its child runs only glibc's own code before exec. vfork is fork
+//! here, see [`vfork`].)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -48,6 +49,17 @@ fn release() {
     crate::shadow::unlock_after_fork();
     crate::cwd::unlock_after_fork();
     crate::state::unlock_after_fork();
+}
+
+/// vfork is fork here. A vfork child shares its parent's memory until it execs, and what it
+/// runs in between goes through Iris too: Python's subprocess closes every fd above 2 in the
+/// child (close_range), which took the parent's Iris fds out of the parent's own table (its
+/// reads then saw the placeholder's zeros); a dup2 onto fd 1 there would do the same to an
+/// Iris stdout. POSIX lets vfork behave as fork, and fork's handlers keep Iris's state right.
+#[no_mangle]
+pub extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: glibc's fork (Iris does not interpose it), which runs the handlers above.
+    unsafe { libc::fork() }
 }
 
 /// Register the handlers (once per process; a child inherits them). Not with a `Once`:
