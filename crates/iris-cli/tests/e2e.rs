@@ -502,6 +502,15 @@ fn reused_descriptions_start_afresh_and_are_never_ones_a_child_holds() {
 }
 
 #[test]
+fn descriptions_reused_by_threads_while_the_main_thread_forks_stay_their_own() {
+    let v = Volume::new("reusefork");
+    let bin = Program::build("reuse_under_forks", &["-pthread"]);
+    let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
+    assert_eq!(stdout, "ok\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn spare_descriptions_give_their_fd_numbers_back_when_the_program_runs_out() {
     let v = Volume::new("spares");
     let bin = Program::build("spares_and_fd_limit", &[]);
