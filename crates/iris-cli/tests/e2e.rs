@@ -497,7 +497,10 @@ fn reused_descriptions_start_afresh_and_are_never_ones_a_child_holds() {
     let v = Volume::new("descreuse");
     let bin = Program::build("reuse_descriptions", &[]);
     let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
-    assert_eq!(stdout, "reopen ok\nfork ok\nspawn ok\ndup ok\nchurn ok\n");
+    assert_eq!(
+        stdout,
+        "reopen ok\nfork ok\nspawn ok\ndup ok\nchurn ok\nclosefrom ok\n"
+    );
     v.fsck_clean();
 }
 

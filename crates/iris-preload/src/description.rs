@@ -57,7 +57,7 @@ unsafe impl Sync for Desc {}
 impl Drop for Desc {
     fn drop(&mut self) {
         // SAFETY: unmapping the page mapped in `map`; no reference outlives the Desc.
-        unsafe { libc::munmap(self.page.cast(), PAGE) };
+        unsafe { real::munmap(self.page.cast(), PAGE) };
     }
 }
 
@@ -131,7 +131,7 @@ impl Desc {
         // SAFETY: sizing our own new memfd.
         // Page 0 is left empty: a stray kernel read or write on the fd (a call the interposer
         // does not know) lands there, not in the description.
-        if unsafe { libc::ftruncate(fd, 2 * PAGE as i64) } != 0 {
+        if unsafe { real::ftruncate(fd, 2 * PAGE as i64) } != 0 {
             let e = last_errno();
             // SAFETY: closing our own fd.
             unsafe { real::close(fd) };

@@ -537,6 +537,32 @@ pub unsafe extern "C" fn flock(fd: c_int, operation: c_int) -> c_int {
     unsafe { real::flock(fd, operation) }
 }
 
+/// closefrom (glibc 2.34): as close_range to the last fd, so the Iris fds it ends leave the
+/// table too (glibc's closefrom makes the system call itself, which Iris would not see: reads
+/// of a closed fd were served from its stale entry).
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    let first = c_uint::try_from(low.max(0)).unwrap_or(0);
+    let top = crate::fdtable::MAX_FDS as c_uint - 1;
+    for fd in first..=top {
+        if fdtable::is_iris(fd as c_int) {
+            // SAFETY: closing an fd in the caller's range.
+            unsafe { crate::calls::close(fd as c_int) };
+        }
+    }
+    // What glibc's closefrom does: close_range to the last fd, else each fd up to the limit.
+    // SAFETY: closing the caller's range.
+    if unsafe { real::close_range(first, c_uint::MAX, 0) } != 0 {
+        // SAFETY: sysconf reads a limit of the process.
+        let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+        let max = c_uint::try_from(max).unwrap_or(crate::fdtable::MAX_FDS as c_uint);
+        for fd in first..max {
+            // SAFETY: closing an fd in the caller's range.
+            unsafe { real::close(fd as c_int) };
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {

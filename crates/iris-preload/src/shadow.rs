@@ -100,7 +100,7 @@ pub(crate) fn open(fs: &Fs, ino: u64, create: bool) -> Result<i32, Errno> {
 fn fill(fs: &Fs, ino: u64, fd: i32) -> Result<(), Errno> {
     let size = fs.getattr(ino)?.size;
     // SAFETY: sizing our own new file.
-    if unsafe { libc::ftruncate(fd, size as i64) } != 0 {
+    if unsafe { real::ftruncate(fd, size as i64) } != 0 {
         return Err(errno());
     }
     let mut buf = vec![0u8; 1 << 20];

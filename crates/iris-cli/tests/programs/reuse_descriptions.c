@@ -7,7 +7,11 @@
  *             opened, read and moved another.
  *   spawn   - a child spawned with a posix_spawn dup2 action holds it as fd 7 and reads it late.
  *   dup     - a plain dup (inheritable) of it is held by a popen child that reads it late.
- *   churn   - 300 opens and closes of ten files, each read whole. */
+ *   churn   - 300 opens and closes of ten files, each read whole.
+ *   closefrom - closefrom ends the Iris fds above a number: a read of one fails with EBADF,
+ *             and the next open takes its number with the right file (a new description's
+ *             memfd once took a stale Iris fd's number, and sizing it truncated the Iris file:
+ *             SIGBUS). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -143,5 +147,18 @@ int main(void) {
         file_of(path, text, "churn");
     }
     printf("churn ok\n");
+
+    /* closefrom */
+    a = open("/iris/a", O_RDONLY | O_CLOEXEC);
+    if (a < 0) die("open a");
+    closefrom(a);
+    char byte;
+    if (pread(a, &byte, 1, 0) != -1 || errno != EBADF) { printf("FAIL closefrom: read of a closed fd\n"); return 1; }
+    b = open("/iris/b", O_RDONLY | O_CLOEXEC);
+    if (b != a) { printf("FAIL closefrom: fd %d after %d was closed\n", b, a); return 1; }
+    expect(b, "bbbbbbbbbb", "closefrom");
+    close(b);
+    file_of("/iris/a", "aaaaaaaaaa", "closefrom a intact");
+    printf("closefrom ok\n");
     return 0;
 }
