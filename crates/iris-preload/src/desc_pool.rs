@@ -233,31 +233,11 @@ pub(crate) fn spares() -> usize {
 mod tests {
     use super::*;
 
-    /// A memfd of two pages with its second mapped, as `description` makes them.
-    fn spare() -> (i32, *mut c_void) {
-        // SAFETY: plain system calls on a memfd this test owns; results checked.
-        unsafe {
-            let fd = libc::memfd_create(c"pool-test".as_ptr(), libc::MFD_CLOEXEC);
-            assert!(fd >= 0);
-            assert_eq!(libc::ftruncate(fd, 2 * PAGE as i64), 0);
-            let page = libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                PAGE as i64,
-            );
-            assert_ne!(page, libc::MAP_FAILED);
-            (fd, page)
-        }
-    }
-
     #[test]
     fn a_spare_comes_back_at_the_lowest_free_number_unless_its_number_was_taken() {
         // One test: the pool is the process's.
-        let (fd, page) = spare();
-        let id = id_of(fd).expect("fstat");
+        let (fd, page, id) = crate::description::Desc::make(true).expect("a description memfd");
+        let (page, id) = (page.cast::<c_void>(), id.expect("its identity"));
         assert!(put(fd, page, id));
         assert_eq!(spares(), 1);
         // SAFETY: the caller of `put` closes its fd next, as close() does.

@@ -119,7 +119,7 @@ impl Desc {
 
     /// A new description memfd, its mapped page and its identity (if fstat tells it).
     #[allow(clippy::type_complexity)]
-    fn make(
+    pub(crate) fn make(
         cloexec: bool,
     ) -> Result<(i32, *mut SharedDesc, Option<crate::desc_pool::MemfdId>), i32> {
         let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
