@@ -26,7 +26,7 @@ pub fn create_volume(volume: &Path, opts: &CreateOptions) -> Result<Fs, String> 
     let fs = Fs::on_store(store).map_err(|e| format!("{}: {}", volume.display(), errno_text(e)))?;
     let me = Cred::current();
     if me.uid != 0 {
-        fs.chown(&Cred::root(), ROOT_INO, me.uid, me.gid)
+        fs.chown(&Cred::root(), ROOT_INO, me.uid, me.gid())
             .map_err(|e| format!("{}: {}", volume.display(), errno_text(e)))?;
         commit(&fs, volume)?;
     }

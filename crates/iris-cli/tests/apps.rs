@@ -109,6 +109,23 @@ os.write(1, b"still the file\n")
 }
 
 #[test]
+fn root_with_another_effective_group_creates_files_in_that_group() {
+    // Root's group is read only when a file is made (see Cred::current): it must still be the
+    // effective one, as the kernel would give it.
+    let v = Volume::new("egid");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import os
+os.setegid(4321)
+open("/iris/made", "w").close()
+os.mkdir("/iris/dir")
+print(os.stat("/iris/made").st_gid, os.stat("/iris/dir").st_gid)
+'"#,
+    );
+    assert_eq!(out, "4321 4321\n");
+}
+
+#[test]
 fn fork_shares_the_file_offset() {
     let v = Volume::new("fork");
     let out = v.sh_ok(

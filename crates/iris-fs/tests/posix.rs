@@ -310,11 +310,7 @@ fn readdir_lists_entries_and_cookies_survive_changes() {
 fn permissions_are_checked_for_other_users() {
     let fs = fs();
     let root = Cred::root();
-    let user = Cred {
-        uid: 1000,
-        gid: 1000,
-        groups: vec![],
-    };
+    let user = Cred::new(1000, 1000, vec![]);
     fs.mkdir(&root, ROOT_INO, b"private", 0o700).expect("mkdir");
     fs.open(
         &root,

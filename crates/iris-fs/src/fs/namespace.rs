@@ -49,7 +49,7 @@ impl Fs {
                 ino,
                 mode: libc::S_IFREG | (mode & 0o7777),
                 uid: cred.uid,
-                gid: cred.gid,
+                gid: cred.gid(),
                 nlink: 0,
                 atime_ns: now,
                 mtime_ns: now,
@@ -99,7 +99,7 @@ impl Fs {
         let gid = if d.mode & libc::S_ISGID != 0 {
             d.gid
         } else {
-            cred.gid
+            cred.gid()
         };
         let setgid = d.mode & libc::S_ISGID;
         self.tx(|tx| {
@@ -489,7 +489,7 @@ impl Fs {
                 ino,
                 mode: libc::S_IFLNK | 0o777,
                 uid: cred.uid,
-                gid: cred.gid,
+                gid: cred.gid(),
                 nlink: 1,
                 size: target.len() as u64,
                 atime_ns: now,

@@ -262,7 +262,7 @@ impl Fs {
                     let gid = if d.mode & libc::S_ISGID != 0 {
                         d.gid
                     } else {
-                        cred.gid
+                        cred.gid()
                     };
                     let created = self.tx(|tx| {
                         if let Some((ino, _)) = lookup_tx(tx, dir, &name)? {
