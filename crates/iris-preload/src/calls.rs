@@ -182,30 +182,27 @@ fn file_size(fs: &Fs, ino: u64) -> Result<u64, Errno> {
 /// Drop one reference to a description; the last one releases the inode (and its flock).
 fn drop_file(file: Arc<OpenFile>) {
     if Arc::strong_count(&file) == 1 {
-        for fd in [file.flock_fd(), file.ofd_fd()].into_iter().flatten() {
-            // SAFETY: closing the description's own lock-file fds drops its flock and OFD locks.
-            unsafe { real::close(fd) };
-        }
+        release_description(&file);
     }
-    if Arc::strong_count(&file) == 1 {
-        if let Some(fs) = state::fs() {
-            let _b = Busy::enter();
-            let _ = fs.release(file.ino);
-        }
+}
+
+/// What the last reference to an open file lets go of: its flock and OFD locks (its own
+/// lock-file fds) and its open count.
+fn release_description(file: &OpenFile) {
+    for fd in [file.flock_fd(), file.ofd_fd()].into_iter().flatten() {
+        // SAFETY: closing the description's own lock-file fds drops its flock and OFD locks.
+        unsafe { real::close(fd) };
+    }
+    if let Some(fs) = state::fs() {
+        let _b = Busy::enter();
+        let _ = fs.release(file.ino);
     }
 }
 
 /// [`drop_file`] for the last reference to an open file, whose last fd `fd` is being closed:
 /// as `drop_file`, then the description is retired through `fd` (see `Desc::retire`).
 fn retire_last(file: OpenFile, fd: c_int) {
-    for lock_fd in [file.flock_fd(), file.ofd_fd()].into_iter().flatten() {
-        // SAFETY: closing the description's own lock-file fds drops its flock and OFD locks.
-        unsafe { real::close(lock_fd) };
-    }
-    if let Some(fs) = state::fs() {
-        let _b = Busy::enter();
-        let _ = fs.release(file.ino);
-    }
+    release_description(&file);
     file.desc.retire(fd);
 }
 
