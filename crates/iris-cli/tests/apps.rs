@@ -109,6 +109,61 @@ os.write(1, b"still the file\n")
 }
 
 #[test]
+fn a_program_closing_or_replacing_every_fd_leaves_iris_and_its_own_files_alone() {
+    // Daemons close every number they do not use, and shells dup2 onto numbers they believe
+    // free (`exec 3>file`). Iris's own fds (the volume's, the lock files') must survive the
+    // first, and step aside for the second: the volume's fd once named the program's file
+    // after such a dup2, and the volume's next growth truncated that file.
+    let v = Volume::new("ownfds");
+    let victim = format!("/tmp/iris-test-{}-victim", std::process::id());
+    let script = r#"python3 -c '
+import fcntl, os, subprocess, sys
+victim = sys.argv[1]
+f = open("/iris/locked", "a+"); fcntl.lockf(f, fcntl.LOCK_EX)
+g = open("/iris/flocked", "a+"); fcntl.flock(g, fcntl.LOCK_EX)
+o = os.open(victim, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(o, b"precious")
+keep = {f.fileno(), g.fileno(), o}
+top = max(keep) + 1
+probe = """
+import fcntl, sys
+h = open(sys.argv[1], "a+")
+try:
+    (fcntl.lockf if sys.argv[2] == "lockf" else fcntl.flock)(h, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free", end="")
+except OSError:
+    print("held", end="")
+"""
+def held(path, how):
+    return subprocess.run([sys.executable, "-c", probe, path, how], capture_output=True, text=True).stdout
+for n in range(3, 2048):
+    if n not in keep:
+        try:
+            os.close(n)
+        except OSError:
+            pass
+os.closerange(top, 4096)
+print("closed:", held("/iris/locked", "lockf"), held("/iris/flocked", "flock"))
+for n in range(3, 2048):
+    if n not in keep:
+        os.dup2(o, n)
+os.closerange(top, 4096)
+with open("/iris/big", "wb") as b:
+    for i in range(200):
+        b.write(b"\1" * (1 << 20))
+print("replaced:", held("/iris/flocked", "flock"), os.fstat(o).st_size, os.pread(o, 16, 0))
+print("big:", os.stat("/iris/big").st_size, open("/iris/big", "rb").read(4))
+' "#;
+    let out = v.sh_ok(&format!("{script} {victim}"));
+    let _ = std::fs::remove_file(&victim);
+    assert_eq!(
+        out,
+        "closed: held held\nreplaced: held 8 b'precious'\nbig: 209715200 b'\\x01\\x01\\x01\\x01'\n"
+    );
+    v.fsck_clean();
+}
+
+#[test]
 fn root_with_another_effective_group_creates_files_in_that_group() {
     // Root's group is read only when a file is made (see Cred::current): it must still be the
     // effective one, as the kernel would give it.

@@ -10,6 +10,7 @@ mod latency;
 mod lock;
 mod mapped;
 mod mapping;
+pub mod own_fd;
 mod sim;
 
 pub use error::MediaError;
@@ -17,6 +18,7 @@ pub use latency::LatencyModel;
 pub use lock::{lock_holders, LockMode};
 pub use mapped::{MappedMedia, MediaKind};
 pub use mapping::{map_aligned, Mapping, HUGE_PAGE};
+pub use own_fd::OwnFd;
 pub use sim::SimMedia;
 
 /// A volume mapped into memory. All access to the bytes goes through [`Media::base`]; the media

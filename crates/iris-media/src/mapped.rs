@@ -3,13 +3,15 @@
 //! it sees the new space without remapping.
 
 use std::fs::{File, OpenOptions};
+use std::mem::ManuallyDrop;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsRawFd, FromRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::lock::{self, LockMode};
 use crate::mapping::Mapping;
+use crate::own_fd::OwnFd;
 use crate::{LatencyModel, Media, MediaError};
 
 /// What backs a mapped volume; decides how `persist` reaches stable media.
@@ -29,7 +31,8 @@ pub enum MediaKind {
 /// A volume mapped from a file or device.
 pub struct MappedMedia {
     path: PathBuf,
-    file: File,
+    /// The volume's open file, kept out of the program's way (see `own_fd`).
+    fd: OwnFd,
     map: Mapping,
     kind: MediaKind,
     latency: LatencyModel,
@@ -98,9 +101,14 @@ impl MappedMedia {
             path: path.to_path_buf(),
             source,
         })?;
+        let fd = OwnFd::adopt(file.into_raw_fd()).ok_or_else(|| MediaError::Io {
+            op: "fstat",
+            path: path.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        })?;
         let media = MappedMedia {
             path: path.to_path_buf(),
-            file,
+            fd,
             map,
             kind,
             latency: LatencyModel::from_env(),
@@ -130,7 +138,31 @@ impl MappedMedia {
 
     /// Take the advisory lock in another mode (e.g. downgrade to shared after recovery).
     pub fn relock(&self, mode: LockMode) -> Result<(), MediaError> {
-        lock::lock(&self.file, &self.path, mode)
+        lock::lock(&*self.file("flock")?, &self.path, mode)
+    }
+
+    /// The volume's open file, borrowed for one call (its number can move between calls, see
+    /// `own_fd`); an error naming `op` if it was lost (closed behind the interposer's back).
+    fn file(&self, op: &'static str) -> Result<ManuallyDrop<File>, MediaError> {
+        let fd = self.fd.raw();
+        if fd < 0 {
+            return Err(MediaError::Io {
+                op,
+                path: self.path.clone(),
+                source: std::io::Error::from_raw_os_error(libc::EBADF),
+            });
+        }
+        // SAFETY: `fd` names the volume's open file, which `self.fd` owns and keeps open;
+        // ManuallyDrop keeps this borrowed `File` from closing it.
+        Ok(ManuallyDrop::new(unsafe { File::from_raw_fd(fd) }))
+    }
+
+    /// The length of the volume's file (0 if it cannot be read).
+    fn file_len(&self) -> u64 {
+        self.file("fstat")
+            .ok()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len())
     }
 
     /// Extend the file to `len` bytes with storage behind every new byte (`fallocate`), so a
@@ -159,7 +191,7 @@ impl MappedMedia {
         let err = loop {
             // SAFETY: fallocate only reads its integer arguments; the descriptor is the open
             // file.
-            if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, from, add) } == 0 {
+            if unsafe { libc::fallocate(self.fd.raw(), 0, from, add) } == 0 {
                 return Ok(());
             }
             let err = std::io::Error::last_os_error();
@@ -169,13 +201,14 @@ impl MappedMedia {
             }
         };
         match err.raw_os_error() {
-            Some(libc::EOPNOTSUPP) if sparse_fallback => {
-                self.file.set_len(len).map_err(|source| MediaError::Io {
+            Some(libc::EOPNOTSUPP) if sparse_fallback => self
+                .file("ftruncate")?
+                .set_len(len)
+                .map_err(|source| MediaError::Io {
                     op: "ftruncate",
                     path: self.path.clone(),
                     source,
-                })
-            }
+                }),
             _ => Err(MediaError::Io {
                 op: "fallocate",
                 path: self.path.clone(),
@@ -244,11 +277,7 @@ impl Media for MappedMedia {
     fn backed_len(&self) -> u64 {
         match self.kind {
             MediaKind::BlockDevice => self.mapped_len(),
-            _ => self
-                .file
-                .metadata()
-                .map(|m| m.len().min(self.mapped_len()))
-                .unwrap_or(0),
+            _ => self.file_len().min(self.mapped_len()),
         }
     }
 
@@ -263,7 +292,7 @@ impl Media for MappedMedia {
             return Ok(());
         }
         // Several processes may grow at once: only ever extend, never shrink.
-        let current = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        let current = self.file_len();
         // The next growth's space, ready before it is needed (see `Media::grow_ahead`).
         let ahead = len_bytes
             .saturating_add(GROW_AHEAD_BYTES)
@@ -290,7 +319,7 @@ impl Media for MappedMedia {
         if to == 0 || self.kind == MediaKind::BlockDevice {
             return;
         }
-        let current = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        let current = self.file_len();
         if current >= to {
             return;
         }
@@ -441,7 +470,12 @@ mod tests {
         // SAFETY (test): inside the mapping and backed (checked above).
         unsafe { *m.base().add((255 * MIB) as usize) = 7 };
         let mut b = [0u8; 1];
-        std::os::unix::fs::FileExt::read_exact_at(&m.file, &mut b, 255 * MIB).expect("read");
+        std::os::unix::fs::FileExt::read_exact_at(
+            &*m.file("pread").expect("file"),
+            &mut b,
+            255 * MIB,
+        )
+        .expect("read");
         assert_eq!(b[0], 7);
     }
 }

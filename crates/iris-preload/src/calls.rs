@@ -100,8 +100,8 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         is_dir: inode.is_dir(),
         desc,
         path: abs,
-        flock_fd: std::sync::atomic::AtomicI32::new(-1),
-        ofd_fd: std::sync::atomic::AtomicI32::new(-1),
+        flock_fd: crate::locks::LockFd::new(),
+        ofd_fd: crate::locks::LockFd::new(),
     });
     fdtable::install(fd, file);
     fd
@@ -189,10 +189,9 @@ fn drop_file(file: Arc<OpenFile>) {
 /// What the last reference to an open file lets go of: its flock and OFD locks (its own
 /// lock-file fds) and its open count.
 fn release_description(file: &OpenFile) {
-    for fd in [file.flock_fd(), file.ofd_fd()].into_iter().flatten() {
-        // SAFETY: closing the description's own lock-file fds drops its flock and OFD locks.
-        unsafe { real::close(fd) };
-    }
+    // Closing the description's own lock-file fds drops its flock and OFD locks.
+    file.flock_fd.close();
+    file.ofd_fd.close();
     if let Some(fs) = state::fs() {
         let _b = Busy::enter();
         let _ = fs.release(file.ino);
@@ -326,6 +325,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             }
             true
         }
+        // One of Iris's own (the volume's, a lock file's): the program never opened it.
+        None if iris_media::own_fd::is_own(fd) => return fail(libc::EBADF),
         None => false,
     };
     // SAFETY: closing the caller's fd (the description memfd, for an Iris fd).
@@ -1445,8 +1446,22 @@ fn after_dup2(old: c_int, new: c_int, cloexec: bool) {
     }
 }
 
+/// Before a dup2 onto `new`: one of Iris's own fds there moves out of the program's way.
+/// False when it cannot move (no number free): the dup2 then fails with EBUSY, as Linux's does
+/// in a race with an open.
+fn clear_own(old: c_int, new: c_int) -> bool {
+    if old == new || iris_media::own_fd::relocate(new) {
+        return true;
+    }
+    set(libc::EBUSY);
+    false
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if !clear_own(old, new) {
+        return -1;
+    }
     crate::stdio::flush_std_stream(new);
     // SAFETY: forwarding.
     let r = unsafe { real::dup2(old, new) };
@@ -1459,6 +1474,9 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if !clear_own(old, new) {
+        return -1;
+    }
     crate::stdio::flush_std_stream(new);
     // SAFETY: forwarding.
     let r = unsafe { real::dup3(old, new, flags) };

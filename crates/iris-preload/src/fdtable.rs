@@ -23,11 +23,11 @@ pub(crate) struct OpenFile {
     pub desc: Desc,
     /// Absolute path it was opened by (with the mount prefix), for fchdir; unknown if inherited.
     pub path: Option<Vec<u8>>,
-    /// This description's open of the flock file (see `locks`), -1 until first flock.
-    pub flock_fd: std::sync::atomic::AtomicI32,
-    /// This description's open of the record-lock file for OFD locks (see `locks`), -1 until
+    /// This description's open of the flock file (see `locks`), made at the first flock.
+    pub flock_fd: crate::locks::LockFd,
+    /// This description's open of the record-lock file for OFD locks (see `locks`), made at
     /// the first one: OFD locks belong to the description, not the process.
-    pub ofd_fd: std::sync::atomic::AtomicI32,
+    pub ofd_fd: crate::locks::LockFd,
 }
 
 impl OpenFile {
@@ -47,32 +47,6 @@ impl OpenFile {
     }
     pub fn append(&self) -> bool {
         self.flags() & libc::O_APPEND != 0
-    }
-    pub fn flock_fd(&self) -> Option<i32> {
-        let fd = self.flock_fd.load(Ordering::Acquire);
-        (fd >= 0).then_some(fd)
-    }
-    /// Keep `fd` as the flock fd unless another thread set one first; returns the one kept.
-    pub fn set_flock_fd(&self, fd: i32) -> i32 {
-        Self::keep_fd(&self.flock_fd, fd)
-    }
-    pub fn ofd_fd(&self) -> Option<i32> {
-        let fd = self.ofd_fd.load(Ordering::Acquire);
-        (fd >= 0).then_some(fd)
-    }
-    /// Keep `fd` as the OFD-lock fd unless another thread set one first; returns the one kept.
-    pub fn set_ofd_fd(&self, fd: i32) -> i32 {
-        Self::keep_fd(&self.ofd_fd, fd)
-    }
-    fn keep_fd(slot: &std::sync::atomic::AtomicI32, fd: i32) -> i32 {
-        match slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => fd,
-            Err(existing) => {
-                // SAFETY: closing the fd we opened and lost the race with.
-                unsafe { crate::real::close(fd) };
-                existing
-            }
-        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! process-local lock held by any other thread at that instant would stay held in the child for
 //! ever. The prepare handler takes every such lock (the opening of the volume, the Iris working
 //! directory, the shadow table, the first open of the record-lock file, the table of mappings,
-//! the file system's tables of open counts and block maps, the range lock of each open file)
+//! the file system's tables of open counts and block maps, the range lock of each open file, the
+//! table of Iris's own fds)
 //! so the fork happens between operations; both sides release them after, and the child
 //! forgets the byte ranges the parent's threads held in flight. Locks in the volume's shared
 //! memory need nothing: the parent's threads live on and release them. (posix_spawn runs no
@@ -22,6 +23,7 @@ extern "C" fn prepare() {
     if let Some(fs) = crate::state::fs_if_open() {
         fs.lock_for_fork();
     }
+    iris_media::own_fd::lock_for_fork();
 }
 
 extern "C" fn release_parent() {
@@ -44,6 +46,7 @@ extern "C" fn release_child() {
 
 /// Release what both sides release alike.
 fn release() {
+    iris_media::own_fd::unlock_after_fork();
     crate::mappings::unlock_after_fork();
     crate::locks::unlock_after_fork();
     crate::shadow::unlock_after_fork();

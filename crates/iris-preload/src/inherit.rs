@@ -58,8 +58,8 @@ extern "C" fn on_load() {
                 is_dir,
                 desc,
                 path: None,
-                flock_fd: std::sync::atomic::AtomicI32::new(-1),
-                ofd_fd: std::sync::atomic::AtomicI32::new(-1),
+                flock_fd: crate::locks::LockFd::new(),
+                ofd_fd: crate::locks::LockFd::new(),
             }),
         );
     }

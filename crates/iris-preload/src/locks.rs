@@ -13,7 +13,9 @@
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
 //! beyond are clamped to the window's end).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+use iris_media::OwnFd;
 
 use iris_fs::ForkSafeMutex as Mutex;
 
@@ -147,30 +149,40 @@ fn remove_if_unused(path: &str) {
     unsafe { real::close(fd) };
 }
 
-/// [`RECORD_FD`] before the first use.
-const NOT_OPENED: c_int = -2;
-/// [`RECORD_FD`] when the lock file could not be opened.
-const NO_FILE: c_int = -1;
-/// The process's fd on the record-lock file (see [`record_fd`]).
-static RECORD_FD: AtomicI32 = AtomicI32::new(NOT_OPENED);
+/// The process's open of the record-lock file (see [`record_fd`]): null until it is opened,
+/// then leaked for the process's life.
+static RECORD: AtomicPtr<OwnFd> = AtomicPtr::new(std::ptr::null_mut());
+/// Whether the record-lock file could not be opened (not tried again).
+static NO_RECORD_FILE: AtomicBool = AtomicBool::new(false);
 /// Held while the record-lock file is first opened, and across a fork (see [`lock_for_fork`]).
 static RECORD_OPEN: Mutex<()> = Mutex::new(());
+
+/// The fd of the record-lock file if it is open.
+fn record_open() -> Option<c_int> {
+    let p = RECORD.load(Ordering::Acquire);
+    // SAFETY: a non-null RECORD points at the OwnFd leaked in `record_fd`, which lives as long
+    // as the process.
+    (!p.is_null()).then(|| unsafe { &*p }.raw())
+}
 
 /// The process's fd on the record-lock file (opened once, kept for the process's life; closing it
 /// would drop every record lock the process holds).
 fn record_fd() -> Option<c_int> {
-    let fd = RECORD_FD.load(Ordering::Acquire);
-    if fd != NOT_OPENED {
-        return (fd >= 0).then_some(fd);
+    if let Some(fd) = record_open() {
+        return Some(fd);
+    }
+    if NO_RECORD_FILE.load(Ordering::Acquire) {
+        return None;
     }
     let _g = RECORD_OPEN.lock();
-    if RECORD_FD.load(Ordering::Acquire) == NOT_OPENED {
+    if RECORD.load(Ordering::Acquire).is_null() && !NO_RECORD_FILE.load(Ordering::Acquire) {
         let _b = Busy::enter();
-        let fd = open_lock_file("locks").unwrap_or(NO_FILE);
-        RECORD_FD.store(fd, Ordering::Release);
+        match open_lock_file("locks").and_then(OwnFd::adopt) {
+            Some(own) => RECORD.store(Box::into_raw(Box::new(own)), Ordering::Release),
+            None => NO_RECORD_FILE.store(true, Ordering::Release),
+        }
     }
-    let fd = RECORD_FD.load(Ordering::Acquire);
-    (fd >= 0).then_some(fd)
+    record_open()
 }
 
 /// Hold the first open of the record-lock file and the sweep of unused lock files across a fork
@@ -193,18 +205,65 @@ pub(crate) fn unlock_after_fork() {
 
 /// The description's own open of lock file `kind`, opened on first use and kept in the slot
 /// `get`/`set` reach (closed with the description).
-fn description_fd(
-    file: &OpenFile,
-    kind: &str,
-    get: fn(&OpenFile) -> Option<c_int>,
-    set: fn(&OpenFile, c_int) -> c_int,
-) -> Option<c_int> {
-    if let Some(fd) = get(file) {
+fn description_fd(file: &OpenFile, kind: &str, slot: fn(&OpenFile) -> &LockFd) -> Option<c_int> {
+    if let Some(fd) = slot(file).get() {
         return Some(fd);
     }
     let _b = Busy::enter();
-    let fd = open_lock_file(kind)?;
-    Some(set(file, fd))
+    let own = open_lock_file(kind).and_then(OwnFd::adopt)?;
+    Some(slot(file).keep(own))
+}
+
+/// A description's own open of a lock file (see [`description_fd`]), made on first use.
+pub(crate) struct LockFd(AtomicPtr<OwnFd>);
+
+impl LockFd {
+    /// None opened yet.
+    pub(crate) const fn new() -> LockFd {
+        LockFd(AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    /// The fd, if opened.
+    pub(crate) fn get(&self) -> Option<c_int> {
+        let p = self.0.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is a boxed OwnFd that only `close` frees, at the
+        // description's last reference (no other call holds it then).
+        (!p.is_null()).then(|| unsafe { &*p }.raw())
+    }
+
+    /// Keep `own` unless another thread kept one first (then `own` closes); the fd kept.
+    fn keep(&self, own: OwnFd) -> c_int {
+        let fd = own.raw();
+        let p = Box::into_raw(Box::new(own));
+        match self
+            .0
+            .compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => fd,
+            Err(kept) => {
+                // SAFETY: `p` was boxed above and never shared; `kept` as in `get`.
+                unsafe {
+                    drop(Box::from_raw(p));
+                    (*kept).raw()
+                }
+            }
+        }
+    }
+
+    /// Close it (which drops the locks it holds); dropping it does too.
+    pub(crate) fn close(&self) {
+        let p = self.0.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: boxed in `keep`, taken out of the slot by the swap: ours alone now.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+impl Drop for LockFd {
+    fn drop(&mut self) {
+        self.close();
+    }
 }
 
 /// Map an Iris lock request to the lock file: absolute start and length within the window.
@@ -251,7 +310,7 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
         libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK
     );
     let fd = if ofd {
-        description_fd(file, "locks", OpenFile::ofd_fd, OpenFile::set_ofd_fd)
+        description_fd(file, "locks", |f| &f.ofd_fd)
     } else {
         record_fd()
     };
@@ -336,8 +395,7 @@ pub(crate) fn flock(file: &OpenFile, op: c_int) -> c_int {
     if file.ino >= MAX_INO {
         return crate::errno::fail(libc::ENOLCK);
     }
-    let Some(fd) = description_fd(file, "flocks", OpenFile::flock_fd, OpenFile::set_flock_fd)
-    else {
+    let Some(fd) = description_fd(file, "flocks", |f| &f.flock_fd) else {
         return crate::errno::fail(libc::ENOLCK);
     };
     let nonblock = op & libc::LOCK_NB != 0;

@@ -539,32 +539,32 @@ pub unsafe extern "C" fn flock(fd: c_int, operation: c_int) -> c_int {
 
 /// closefrom (glibc 2.34): as close_range to the last fd, so the Iris fds it ends leave the
 /// table too (glibc's closefrom makes the system call itself, which Iris would not see: reads
-/// of a closed fd were served from its stale entry).
+/// of a closed fd were served from its stale entry). Iris's own fds are stepped over.
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(low: c_int) {
     let first = c_uint::try_from(low.max(0)).unwrap_or(0);
-    let top = crate::fdtable::MAX_FDS as c_uint - 1;
-    for fd in first..=top {
-        if fdtable::is_iris(fd as c_int) {
-            // SAFETY: closing an fd in the caller's range.
-            unsafe { crate::calls::close(fd as c_int) };
-        }
-    }
-    // What glibc's closefrom does: close_range to the last fd, else each fd up to the limit.
     // SAFETY: closing the caller's range.
-    if unsafe { real::close_range(first, c_uint::MAX, 0) } != 0 {
+    if unsafe { close_range(first, c_uint::MAX, 0) } != 0 {
+        // What glibc's closefrom does without close_range: each fd up to the limit.
         // SAFETY: sysconf reads a limit of the process.
         let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
         let max = c_uint::try_from(max).unwrap_or(crate::fdtable::MAX_FDS as c_uint);
         for fd in first..max {
-            // SAFETY: closing an fd in the caller's range.
-            unsafe { real::close(fd as c_int) };
+            // SAFETY: closing an fd in the caller's range (ours refuse, see `close`).
+            unsafe { crate::calls::close(fd as c_int) };
         }
     }
 }
 
+/// close_range: the Iris fds in the range leave the table; Iris's own fds (the volume's, the
+/// lock files') are stepped over, as the program never opened them: the range is closed in the
+/// pieces between them.
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if first > last {
+        // SAFETY: forwarding (EINVAL).
+        return unsafe { real::close_range(first, last, flags) };
+    }
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         let top = last.min(crate::fdtable::MAX_FDS as c_uint - 1);
         for fd in first..=top {
@@ -574,8 +574,25 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
             }
         }
     }
-    // SAFETY: forwarding.
-    unsafe { real::close_range(first, last, flags) }
+    let to_fd = |n: c_uint| c_int::try_from(n).unwrap_or(c_int::MAX);
+    let own = iris_media::own_fd::within(to_fd(first), to_fd(last));
+    let mut from = first;
+    for fd in own {
+        let fd = fd as c_uint;
+        if fd > from {
+            // SAFETY: closing the piece of the caller's range below our fd.
+            let r = unsafe { real::close_range(from, fd - 1, flags) };
+            if r != 0 {
+                return r;
+            }
+        }
+        from = fd + 1;
+    }
+    if from > last || from == 0 {
+        return 0;
+    }
+    // SAFETY: forwarding the rest of the caller's range.
+    unsafe { real::close_range(from, last, flags) }
 }
 
 #[no_mangle]

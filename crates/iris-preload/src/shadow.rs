@@ -11,11 +11,12 @@ use iris_fs::ForkSafeMutex as Mutex;
 use std::ffi::CString;
 
 use iris_fs::{Errno, Fs};
+use iris_media::OwnFd;
 
 use crate::real;
 
-/// Shadow fds this process holds, by inode.
-static OPEN: Mutex<Vec<(u64, i32)>> = Mutex::new(Vec::new());
+/// Shadow fds this process holds, by inode (kept out of the program's way, see `own_fd`).
+static OPEN: Mutex<Vec<(u64, OwnFd)>> = Mutex::new(Vec::new());
 
 /// Hold the table of shadows across a fork (see `crate::fork`).
 pub(crate) fn lock_for_fork() {
@@ -48,7 +49,7 @@ fn cached(ino: u64) -> Option<i32> {
     OPEN.lock()
         .iter()
         .find(|(i, _)| *i == ino)
-        .map(|(_, fd)| *fd)
+        .map(|(_, fd)| fd.raw())
 }
 
 /// The shadow fd of `ino`, creating the shadow from the file's bytes if `create`. Without
@@ -92,7 +93,9 @@ pub(crate) fn open(fs: &Fs, ino: u64, create: bool) -> Result<i32, Errno> {
             }
         }
     }
-    OPEN.lock().push((ino, fd));
+    let own = OwnFd::adopt(fd).ok_or_else(errno)?;
+    let fd = own.raw();
+    OPEN.lock().push((ino, own));
     Ok(fd)
 }
 
@@ -159,9 +162,8 @@ pub(crate) fn remove(fs: &Fs, ino: u64) {
     {
         let mut v = OPEN.lock();
         if let Some(at) = v.iter().position(|(i, _)| *i == ino) {
-            let (_, fd) = v.remove(at);
-            // SAFETY: closing our own shadow fd.
-            unsafe { real::close(fd) };
+            // Closes our shadow fd.
+            drop(v.remove(at));
         }
     }
     let p = path(fs, ino);
