@@ -3,7 +3,7 @@
 //! ever. The prepare handler takes every such lock (the opening of the volume, the Iris working
 //! directory, the shadow table, the first open of the record-lock file, the table of mappings,
 //! the file system's tables of open counts and block maps, the range lock of each open file, the
-//! table of Iris's own fds)
+//! table of Iris's own fds, the queue of AIO completions)
 //! so the fork happens between operations; both sides release them after, and the child
 //! forgets the byte ranges the parent's threads held in flight. Locks in the volume's shared
 //! memory need nothing: the parent's threads live on and release them. (posix_spawn runs no
@@ -24,9 +24,11 @@ extern "C" fn prepare() {
         fs.lock_for_fork();
     }
     iris_media::own_fd::lock_for_fork();
+    crate::aio::lock_for_fork();
 }
 
 extern "C" fn release_parent() {
+    crate::aio::unlock_after_fork(false);
     if let Some(fs) = crate::state::fs_if_open() {
         // SAFETY: prepare took these locks in this thread.
         unsafe { fs.unlock_after_fork() };
@@ -35,6 +37,7 @@ extern "C" fn release_parent() {
 }
 
 extern "C" fn release_child() {
+    crate::aio::unlock_after_fork(true);
     crate::hazard::clear_after_fork();
     crate::desc_pool::empty_in_child();
     if let Some(fs) = crate::state::fs_if_open() {

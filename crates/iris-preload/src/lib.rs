@@ -7,6 +7,7 @@
 //! path is it), `state.rs` (configuration, the file system, the re-entrancy guard), `real.rs`
 //! (libc's functions via `dlsym(RTLD_NEXT)`).
 
+mod aio;
 mod aliases;
 mod calls;
 mod cwd;

@@ -1,0 +1,319 @@
+//! Linux native AIO through libaio (`io_submit`, `io_getevents`) on Iris files. libaio's
+//! functions are thin wrappers over system calls, so the kernel ran a request on an Iris fd
+//! against its placeholder, the description's memfd: a read returned the description's bytes,
+//! a write overwrote them. A request on an Iris fd is now served at submission through Iris's
+//! own pread/pwrite/fsync, and its completion waits in a queue of its context; `io_getevents`
+//! hands those out before it asks the kernel for the rest. Requests on other fds go to the
+//! kernel as before. (io_uring has no library call to interpose: see the README.)
+//!
+//! libaio's convention: a negative errno as the return value, errno untouched.
+
+use iris_fs::ForkSafeMutex as Mutex;
+use libc::{c_int, c_long, c_void, timespec};
+
+use crate::fdtable;
+
+/// libaio's `io_context_t`: the address of the kernel's ring for the context.
+type Ctx = usize;
+
+/// `struct iocb` (the kernel's ABI, as libaio lays it out on 64-bit Linux).
+#[repr(C)]
+pub struct Iocb {
+    data: u64,
+    key: u32,
+    rw_flags: c_int,
+    opcode: u16,
+    reqprio: i16,
+    fildes: u32,
+    buf: u64,
+    nbytes: u64,
+    offset: i64,
+    reserved2: u64,
+    flags: u32,
+    resfd: u32,
+}
+
+/// `struct io_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IoEvent {
+    data: u64,
+    obj: u64,
+    res: i64,
+    res2: i64,
+}
+
+const CMD_PREAD: u16 = 0;
+const CMD_PWRITE: u16 = 1;
+const CMD_FSYNC: u16 = 2;
+const CMD_FDSYNC: u16 = 3;
+const CMD_NOOP: u16 = 6;
+const CMD_PREADV: u16 = 7;
+const CMD_PWRITEV: u16 = 8;
+/// `aio_flags`: signal the eventfd `aio_resfd` at completion.
+const FLAG_RESFD: u32 = 1;
+
+/// Completions of requests on Iris fds not yet handed out, with their contexts, oldest first.
+static DONE: Mutex<Vec<(Ctx, IoEvent)>> = Mutex::new(Vec::new());
+
+/// Hold the queue across a fork (see `crate::fork`).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(DONE.lock());
+}
+
+/// Release what [`lock_for_fork`] took; a child also forgets the queue (contexts are not
+/// inherited: the kernel's are gone in the child too).
+pub(crate) fn unlock_after_fork(child: bool) {
+    // SAFETY: only called after lock_for_fork, whose guard was forgotten.
+    unsafe { DONE.force_unlock() };
+    if child {
+        DONE.lock().clear();
+    }
+}
+
+/// The result of an Iris call that returns -1 and sets errno: the value, or -errno.
+fn result(r: i64) -> i64 {
+    if r < 0 {
+        -i64::from(crate::errno::get())
+    } else {
+        r
+    }
+}
+
+/// Run request `cb` on Iris fd `fd` now; its result (bytes, or -errno).
+///
+/// # Safety
+/// `cb`'s buffers are the caller's, valid as the request describes them.
+unsafe fn serve(cb: &Iocb, fd: c_int) -> i64 {
+    let buf = cb.buf as *mut c_void;
+    let iov = cb.buf as *const libc::iovec;
+    let Ok(len) = usize::try_from(cb.nbytes) else {
+        return -i64::from(libc::EINVAL);
+    };
+    let count = c_int::try_from(cb.nbytes).unwrap_or(c_int::MAX);
+    let saved = crate::errno::get();
+    // SAFETY: the caller's buffers as the request gives them, through Iris's own calls.
+    let r = unsafe {
+        match cb.opcode {
+            CMD_PREAD if cb.rw_flags == 0 => {
+                result(crate::calls::pread64(fd, buf, len, cb.offset) as i64)
+            }
+            CMD_PWRITE if cb.rw_flags == 0 => {
+                result(crate::calls::pwrite64(fd, buf, len, cb.offset) as i64)
+            }
+            CMD_PREAD => {
+                let one = libc::iovec {
+                    iov_base: buf,
+                    iov_len: len,
+                };
+                result(crate::calls::preadv2(fd, &one, 1, cb.offset, cb.rw_flags) as i64)
+            }
+            CMD_PWRITE => {
+                let one = libc::iovec {
+                    iov_base: buf,
+                    iov_len: len,
+                };
+                result(crate::calls::pwritev2(fd, &one, 1, cb.offset, cb.rw_flags) as i64)
+            }
+            CMD_PREADV => {
+                result(crate::calls::preadv2(fd, iov, count, cb.offset, cb.rw_flags) as i64)
+            }
+            CMD_PWRITEV => {
+                result(crate::calls::pwritev2(fd, iov, count, cb.offset, cb.rw_flags) as i64)
+            }
+            CMD_FSYNC => result(i64::from(crate::calls::fsync(fd))),
+            CMD_FDSYNC => result(i64::from(crate::calls::fdatasync(fd))),
+            CMD_NOOP => 0,
+            _ => -i64::from(libc::EINVAL),
+        }
+    };
+    crate::errno::set(saved);
+    r
+}
+
+/// io_submit: requests on Iris fds served here, runs of the others passed to the kernel.
+#[no_mangle]
+pub unsafe extern "C" fn io_submit(ctx: Ctx, nr: c_long, iocbs: *mut *mut Iocb) -> c_int {
+    if nr < 0 {
+        return -libc::EINVAL;
+    }
+    if iocbs.is_null() {
+        return -libc::EFAULT;
+    }
+    let nr = nr as usize;
+    let mut done = 0usize;
+    while done < nr {
+        // SAFETY: the caller's array of `nr` request pointers.
+        let cb = unsafe { *iocbs.add(done) };
+        if cb.is_null() {
+            return if done > 0 {
+                done as c_int
+            } else {
+                -libc::EFAULT
+            };
+        }
+        // SAFETY: the caller's request.
+        let fd = unsafe { (*cb).fildes } as c_int;
+        if fdtable::get(fd).is_some() {
+            // SAFETY: the caller's request and its buffers.
+            let res = unsafe { serve(&*cb, fd) };
+            // SAFETY: as above.
+            let (data, flags, resfd) = unsafe { ((*cb).data, (*cb).flags, (*cb).resfd) };
+            DONE.lock().push((
+                ctx,
+                IoEvent {
+                    data,
+                    obj: cb as u64,
+                    res,
+                    res2: 0,
+                },
+            ));
+            if flags & FLAG_RESFD != 0 {
+                let one = 1u64;
+                // SAFETY: an 8-byte write to the caller's eventfd, as the kernel would make.
+                unsafe { libc::write(resfd as c_int, (&one as *const u64).cast(), 8) };
+            }
+            done += 1;
+            continue;
+        }
+        // A run of requests on other fds, for the kernel in one call.
+        let mut end = done + 1;
+        // SAFETY: the caller's requests, as above.
+        while end < nr && unsafe { !(*iocbs.add(end)).is_null() } && {
+            let fd = unsafe { (**iocbs.add(end)).fildes } as c_int;
+            fdtable::get(fd).is_none()
+        } {
+            end += 1;
+        }
+        let want = end - done;
+        // SAFETY: forwarding part of the caller's array.
+        let r = unsafe { real_io_submit(ctx, want as c_long, iocbs.add(done)) };
+        if r < 0 {
+            return if done > 0 { done as c_int } else { r };
+        }
+        done += r as usize;
+        if (r as usize) < want {
+            // The kernel took fewer than offered: stop there, as it did.
+            return done as c_int;
+        }
+    }
+    done as c_int
+}
+
+/// Move up to `max` queued completions of `ctx` into `out`; how many.
+fn take_done(ctx: Ctx, out: *mut IoEvent, max: usize) -> usize {
+    if max == 0 {
+        return 0;
+    }
+    let mut q = DONE.lock();
+    let mut n = 0;
+    q.retain(|(c, ev)| {
+        if *c != ctx || n == max {
+            return true;
+        }
+        // SAFETY: the caller's array of at least `max` events.
+        unsafe { *out.add(n) = *ev };
+        n += 1;
+        false
+    });
+    n
+}
+
+/// io_getevents: the queued completions of Iris requests first, then the kernel's.
+#[no_mangle]
+pub unsafe extern "C" fn io_getevents(
+    ctx: Ctx,
+    min_nr: c_long,
+    nr: c_long,
+    events: *mut IoEvent,
+    timeout: *mut timespec,
+) -> c_int {
+    if nr < 0 || min_nr < 0 || events.is_null() {
+        // SAFETY: forwarding (the kernel's errors).
+        return unsafe { real_io_getevents(ctx, min_nr, nr, events, timeout) };
+    }
+    let got = take_done(ctx, events, nr as usize);
+    if got > 0 && got as c_long >= min_nr {
+        return got as c_int;
+    }
+    let rest_min = (min_nr - got as c_long).max(0);
+    // SAFETY: forwarding the rest of the caller's array.
+    let r =
+        unsafe { real_io_getevents(ctx, rest_min, nr - got as c_long, events.add(got), timeout) };
+    if r < 0 {
+        return if got > 0 { got as c_int } else { r };
+    }
+    got as c_int + r
+}
+
+/// io_destroy: the context's queued completions go with it.
+#[no_mangle]
+pub unsafe extern "C" fn io_destroy(ctx: Ctx) -> c_int {
+    DONE.lock().retain(|(c, _)| *c != ctx);
+    // SAFETY: forwarding.
+    unsafe { real_io_destroy(ctx) }
+}
+
+/// A system call's result in libaio's convention (-errno on failure).
+fn negative_errno(r: c_long) -> c_int {
+    if r < 0 {
+        -crate::errno::get()
+    } else {
+        r as c_int
+    }
+}
+
+/// libaio's own function after this library, or None when the program has no libaio.
+fn next(slot: &std::sync::atomic::AtomicUsize, sym: &'static [u8]) -> Option<usize> {
+    let p = crate::real::resolve(slot, sym);
+    (p != 0).then_some(p)
+}
+
+unsafe fn real_io_submit(ctx: Ctx, nr: c_long, iocbs: *mut *mut Iocb) -> c_int {
+    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match next(&SLOT, b"io_submit\0") {
+        // SAFETY: libaio's io_submit, whose C signature this is.
+        Some(p) => unsafe {
+            let f: unsafe extern "C" fn(Ctx, c_long, *mut *mut Iocb) -> c_int =
+                std::mem::transmute(p);
+            f(ctx, nr, iocbs)
+        },
+        // SAFETY: the system call libaio would make.
+        None => negative_errno(unsafe { libc::syscall(libc::SYS_io_submit, ctx, nr, iocbs) }),
+    }
+}
+
+unsafe fn real_io_getevents(
+    ctx: Ctx,
+    min_nr: c_long,
+    nr: c_long,
+    events: *mut IoEvent,
+    timeout: *mut timespec,
+) -> c_int {
+    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match next(&SLOT, b"io_getevents\0") {
+        // SAFETY: libaio's io_getevents, whose C signature this is.
+        Some(p) => unsafe {
+            let f: unsafe extern "C" fn(Ctx, c_long, c_long, *mut IoEvent, *mut timespec) -> c_int =
+                std::mem::transmute(p);
+            f(ctx, min_nr, nr, events, timeout)
+        },
+        // SAFETY: the system call libaio would make.
+        None => negative_errno(unsafe {
+            libc::syscall(libc::SYS_io_getevents, ctx, min_nr, nr, events, timeout)
+        }),
+    }
+}
+
+unsafe fn real_io_destroy(ctx: Ctx) -> c_int {
+    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match next(&SLOT, b"io_destroy\0") {
+        // SAFETY: libaio's io_destroy, whose C signature this is.
+        Some(p) => unsafe {
+            let f: unsafe extern "C" fn(Ctx) -> c_int = std::mem::transmute(p);
+            f(ctx)
+        },
+        // SAFETY: the system call libaio would make.
+        None => negative_errno(unsafe { libc::syscall(libc::SYS_io_destroy, ctx) }),
+    }
+}
