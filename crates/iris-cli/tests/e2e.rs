@@ -113,6 +113,18 @@ fn native_aio_serves_iris_files_and_passes_host_files_to_the_kernel() {
 }
 
 #[test]
+fn a_program_without_iris_cannot_write_through_an_inherited_iris_fd() {
+    let v = Volume::new("stray");
+    let bin = Program::build("stray_write", &["-static"]);
+    let out = v.sh_ok(&format!(
+        "exec 3>/iris/out; echo one >&3; {}; echo two >&3; cat /iris/out",
+        bin.0
+    ));
+    assert_eq!(out, "stray write: Bad file descriptor\none\ntwo\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn shell_and_coreutils() {
     let v = Volume::new("shell");
     // Redirection and append (a subshell's two writes share one offset), dd with seek.

@@ -61,7 +61,8 @@ impl Drop for Desc {
     }
 }
 
-fn map(fd: i32) -> Option<*mut SharedDesc> {
+/// Map the description page of memfd `fd` (open for reading and writing).
+fn map_rw(fd: i32) -> Option<*mut SharedDesc> {
     // SAFETY: mapping one shared page of a memfd we own or inherited; checked for failure.
     let p = unsafe {
         real::mmap(
@@ -70,13 +71,34 @@ fn map(fd: i32) -> Option<*mut SharedDesc> {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
-            PAGE as i64,
+            0,
         )
     };
     if p == libc::MAP_FAILED {
         return None;
     }
     Some(p.cast())
+}
+
+/// Map the description page of placeholder `fd`: read-only (see [`Desc::make`]), so through a
+/// read-write open of the same memfd, closed again.
+fn map(fd: i32) -> Option<*mut SharedDesc> {
+    if let Some(p) = map_rw(fd) {
+        return Some(p);
+    }
+    let rw = reopen(fd, libc::O_RDWR | libc::O_CLOEXEC)?;
+    let p = map_rw(rw);
+    // SAFETY: closing the open made above.
+    unsafe { real::close(rw) };
+    p
+}
+
+/// Another open of the file `fd` names, with `flags` (through /proc/self/fd).
+fn reopen(fd: i32, flags: i32) -> Option<i32> {
+    let path = format!("/proc/self/fd/{fd}\0");
+    // SAFETY: a NUL-terminated path; libc's own open.
+    let r = unsafe { real::open(path.as_ptr().cast(), flags, 0) };
+    (r >= 0).then_some(r)
 }
 
 impl Desc {
@@ -122,27 +144,45 @@ impl Desc {
     pub(crate) fn make(
         cloexec: bool,
     ) -> Result<(i32, *mut SharedDesc, Option<crate::desc_pool::MemfdId>), i32> {
-        let mfd_flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
         // SAFETY: a NUL-terminated name; memfd_create has no memory side effects.
-        let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), mfd_flags) };
-        if fd < 0 {
+        let rw = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC) };
+        if rw < 0 {
             return Err(last_errno());
         }
-        // SAFETY: sizing our own new memfd.
-        // Page 0 is left empty: a stray kernel read or write on the fd (a call the interposer
-        // does not know) lands there, not in the description.
-        if unsafe { real::ftruncate(fd, 2 * PAGE as i64) } != 0 {
-            let e = last_errno();
+        let fail = |e: i32| {
             // SAFETY: closing our own fd.
-            unsafe { real::close(fd) };
-            return Err(e);
-        }
-        let Some(page) = map(fd) else {
-            let e = last_errno();
-            // SAFETY: closing our own fd.
-            unsafe { real::close(fd) };
-            return Err(e);
+            unsafe { real::close(rw) };
+            Err(e)
         };
+        // SAFETY: sizing our own new memfd.
+        if unsafe { real::ftruncate(rw, PAGE as i64) } != 0 {
+            return fail(last_errno());
+        }
+        let Some(page) = map_rw(rw) else {
+            return fail(last_errno());
+        };
+        // The program's fd is a read-only open of the memfd: a kernel call on it that the
+        // interposer does not see (io_uring, a raw system call, a child without Iris) cannot
+        // write the description (EBADF), and reads past its page find the end of the file.
+        let cloexec_flag = if cloexec { libc::O_CLOEXEC } else { 0 };
+        // Onto the read-write fd's number, the lowest free one, as open(2) would give.
+        let read_only = reopen(rw, libc::O_RDONLY | libc::O_CLOEXEC).is_some_and(|ro| {
+            // SAFETY: replacing and closing our own fds; the mapping keeps the memfd.
+            unsafe {
+                let moved = real::dup3(ro, rw, cloexec_flag) == rw;
+                real::close(ro);
+                moved
+            }
+        });
+        // (Without /proc, the read-write fd serves, inheritable if asked.)
+        // SAFETY: F_SETFD on our own fd changes no memory.
+        if !read_only && !cloexec && unsafe { real::fcntl(rw, libc::F_SETFD, 0) } != 0 {
+            let e = last_errno();
+            // SAFETY: unmapping the page mapped above, used by nothing yet.
+            unsafe { real::munmap(page.cast(), PAGE) };
+            return fail(e);
+        }
+        let fd = rw;
         Ok((fd, page, crate::desc_pool::id_of(fd)))
     }
 
