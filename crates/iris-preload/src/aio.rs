@@ -228,18 +228,51 @@ pub unsafe extern "C" fn io_getevents(
     events: *mut IoEvent,
     timeout: *mut timespec,
 ) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { get_events(ctx, min_nr, nr, events, timeout, None) }
+}
+
+/// io_pgetevents (libaio 0.3.111): as [`io_getevents`], with a signal mask for the wait.
+#[no_mangle]
+pub unsafe extern "C" fn io_pgetevents(
+    ctx: Ctx,
+    min_nr: c_long,
+    nr: c_long,
+    events: *mut IoEvent,
+    timeout: *mut timespec,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { get_events(ctx, min_nr, nr, events, timeout, Some(sigmask)) }
+}
+
+/// The queued completions of `ctx` first; then, short of `min_nr`, the kernel's (waiting under
+/// `sigmask` when it is given, as io_pgetevents does).
+unsafe fn get_events(
+    ctx: Ctx,
+    min_nr: c_long,
+    nr: c_long,
+    events: *mut IoEvent,
+    timeout: *mut timespec,
+    sigmask: Option<*const libc::sigset_t>,
+) -> c_int {
+    let kernel = |min: c_long, n: c_long, at: *mut IoEvent| match sigmask {
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real_io_getevents(ctx, min, n, at, timeout) },
+        // SAFETY: as above.
+        Some(mask) => unsafe { real_io_pgetevents(ctx, min, n, at, timeout, mask) },
+    };
     if nr < 0 || min_nr < 0 || events.is_null() {
-        // SAFETY: forwarding (the kernel's errors).
-        return unsafe { real_io_getevents(ctx, min_nr, nr, events, timeout) };
+        // The kernel's errors.
+        return kernel(min_nr, nr, events);
     }
     let got = take_done(ctx, events, nr as usize);
     if got > 0 && got as c_long >= min_nr {
         return got as c_int;
     }
     let rest_min = (min_nr - got as c_long).max(0);
-    // SAFETY: forwarding the rest of the caller's array.
-    let r =
-        unsafe { real_io_getevents(ctx, rest_min, nr - got as c_long, events.add(got), timeout) };
+    // SAFETY: the rest of the caller's array.
+    let r = kernel(rest_min, nr - got as c_long, unsafe { events.add(got) });
     if r < 0 {
         return if got > 0 { got as c_int } else { r };
     }
@@ -302,6 +335,36 @@ unsafe fn real_io_getevents(
         None => negative_errno(unsafe {
             libc::syscall(libc::SYS_io_getevents, ctx, min_nr, nr, events, timeout)
         }),
+    }
+}
+
+unsafe fn real_io_pgetevents(
+    ctx: Ctx,
+    min_nr: c_long,
+    nr: c_long,
+    events: *mut IoEvent,
+    timeout: *mut timespec,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match next(&SLOT, b"io_pgetevents\0") {
+        // SAFETY: libaio's io_pgetevents, whose C signature this is.
+        Some(p) => unsafe {
+            type F = unsafe extern "C" fn(
+                Ctx,
+                c_long,
+                c_long,
+                *mut IoEvent,
+                *mut timespec,
+                *const libc::sigset_t,
+            ) -> c_int;
+            let f: F = std::mem::transmute(p);
+            f(ctx, min_nr, nr, events, timeout, sigmask)
+        },
+        // Without libaio: the wait without the mask (the system call wants it in a struct of
+        // its own; a program that calls this function has libaio).
+        // SAFETY: as real_io_getevents.
+        None => unsafe { real_io_getevents(ctx, min_nr, nr, events, timeout) },
     }
 }
 

@@ -5,6 +5,7 @@
  * Prints one line per step; exits non-zero at the first wrong answer. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,8 @@ int io_destroy(io_context_t ctx);
 int io_submit(io_context_t ctx, long nr, struct iocb *ios[]);
 int io_getevents(io_context_t ctx, long min_nr, long nr, struct io_event *events,
                  struct timespec *timeout);
+int io_pgetevents(io_context_t ctx, long min_nr, long nr, struct io_event *events,
+                  struct timespec *timeout, sigset_t *sigmask);
 
 enum { PREAD = 0, PWRITE = 1, FDSYNC = 3, PREADV = 7 };
 #define N 8
@@ -130,6 +133,24 @@ int main(int argc, char **argv) {
     reap(ctx, 1, 2 * BS);
     if (memcmp(v0, out[2], BS) != 0 || memcmp(v1, out[4], BS) != 0) die("preadv bytes", 0);
     printf("preadv ok\n");
+    /* One read of each file, reaped through io_pgetevents. */
+    struct iocb two[2], *tp[2] = {&two[0], &two[1]};
+    prep(&two[0], PREAD, iris, in[0], BS, 0, &two[0]);
+    prep(&two[1], PREAD, host, in[1], BS, 0, &two[1]);
+    if ((r = io_submit(ctx, 2, tp)) != 2) die("io_submit for pgetevents", r);
+    sigset_t mask;
+    sigemptyset(&mask);
+    struct io_event pev[2];
+    int have = 0;
+    while (have < 2) {
+        r = io_pgetevents(ctx, 1, 2 - have, pev + have, NULL, &mask);
+        if (r <= 0) die("io_pgetevents", r);
+        have += r;
+    }
+    if (pev[0].res != BS || pev[1].res != BS || memcmp(in[0], out[0], BS) != 0 ||
+        memcmp(in[1], out[1], BS) != 0)
+        die("pgetevents bytes", 0);
+    printf("pgetevents ok\n");
     /* A request on a closed fd fails at submission, as the kernel's do. */
     struct iocb bad, *bp = &bad;
     prep(&bad, PREAD, 1000, in[0], BS, 0, &bad);
