@@ -117,14 +117,18 @@ fn a_program_closing_or_replacing_every_fd_leaves_iris_and_its_own_files_alone()
     let v = Volume::new("ownfds");
     let victim = format!("/tmp/iris-test-{}-victim", std::process::id());
     let script = r#"python3 -c '
-import fcntl, os, subprocess, sys
+import fcntl, os, resource, struct, subprocess, sys
 victim = sys.argv[1]
 f = open("/iris/locked", "a+"); fcntl.lockf(f, fcntl.LOCK_EX)
 g = open("/iris/flocked", "a+"); fcntl.flock(g, fcntl.LOCK_EX)
+h = open("/iris/ofd", "a+")
+fcntl.fcntl(h, fcntl.F_OFD_SETLK, struct.pack("hh4xqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
 o = os.open(victim, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
 os.write(o, b"precious")
-keep = {f.fileno(), g.fileno(), o}
+keep = {f.fileno(), g.fileno(), h.fileno(), o}
 top = max(keep) + 1
+# Every number a program can use, up to 2048 (Iris keeps its own from half the limit).
+last = min(2048, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 probe = """
 import fcntl, sys
 h = open(sys.argv[1], "a+")
@@ -136,7 +140,8 @@ except OSError:
 """
 def held(path, how):
     return subprocess.run([sys.executable, "-c", probe, path, how], capture_output=True, text=True).stdout
-for n in range(3, 2048):
+print("ofd taken:", held("/iris/locked", "lockf"))
+for n in range(3, last):
     if n not in keep:
         try:
             os.close(n)
@@ -144,7 +149,7 @@ for n in range(3, 2048):
             pass
 os.closerange(top, 4096)
 print("closed:", held("/iris/locked", "lockf"), held("/iris/flocked", "flock"))
-for n in range(3, 2048):
+for n in range(3, last):
     if n not in keep:
         os.dup2(o, n)
 os.closerange(top, 4096)
@@ -158,7 +163,7 @@ print("big:", os.stat("/iris/big").st_size, open("/iris/big", "rb").read(4))
     let _ = std::fs::remove_file(&victim);
     assert_eq!(
         out,
-        "closed: held held\nreplaced: held 8 b'precious'\nbig: 209715200 b'\\x01\\x01\\x01\\x01'\n"
+        "ofd taken: held\nclosed: held held\nreplaced: held 8 b'precious'\nbig: 209715200 b'\\x01\\x01\\x01\\x01'\n"
     );
     v.fsck_clean();
 }

@@ -151,7 +151,7 @@ impl MappedMedia {
     /// The volume's open file, borrowed for one call (its number can move between calls, see
     /// `own_fd`); an error naming `op` if it was lost (closed behind the interposer's back).
     fn file(&self, op: &'static str) -> Result<ManuallyDrop<File>, MediaError> {
-        let fd = self.fd.raw();
+        let fd = self.fd.checked_raw();
         if fd < 0 {
             return Err(MediaError::Io {
                 op,
@@ -198,7 +198,7 @@ impl MappedMedia {
         let err = loop {
             // SAFETY: fallocate only reads its integer arguments; the descriptor is the open
             // file.
-            if unsafe { libc::fallocate(self.fd.raw(), 0, from, add) } == 0 {
+            if unsafe { libc::fallocate(self.fd.checked_raw(), 0, from, add) } == 0 {
                 return Ok(());
             }
             let err = std::io::Error::last_os_error();
@@ -240,7 +240,7 @@ impl MappedMedia {
         if start >= end {
             return;
         }
-        let fd = self.fd.raw();
+        let fd = self.fd.checked_raw();
         let mut at = start;
         while at < end {
             // The chunk's last page: the file's length then covers the whole chunk, which
@@ -268,7 +268,7 @@ impl MappedMedia {
         // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fstat writes the struct passed.
-        if unsafe { libc::fstat(self.fd.raw(), &mut st) } != 0 {
+        if unsafe { libc::fstat(self.fd.checked_raw(), &mut st) } != 0 {
             return false;
         }
         let allocated = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);

@@ -64,12 +64,39 @@ impl OwnFd {
     /// to a high number, close-on-exec. Where no slot or number is left, it stays where it is,
     /// unrecorded (and so unprotected); it is still the caller's through the result.
     pub fn adopt(fd: RawFd) -> Option<OwnFd> {
+        Self::adopt_at(fd, true)
+    }
+
+    /// [`OwnFd::adopt`] without the move: `fd` keeps its number. For an open of a file that
+    /// carries the process's record locks, which any close of the file drops (POSIX), the
+    /// close of the number the move leaves included.
+    pub fn adopt_in_place(fd: RawFd) -> Option<OwnFd> {
+        Self::adopt_at(fd, false)
+    }
+
+    fn adopt_at(fd: RawFd, move_high: bool) -> Option<OwnFd> {
         if fd < 0 {
             return None;
         }
         let id = identity(fd)?;
-        let fd = place_high(fd);
+        let fd = if move_high {
+            place_high(fd)
+        } else {
+            set_cloexec(fd);
+            fd
+        };
         let _g = TABLE.lock();
+        // A slot that still names this number lost its descriptor unseen (a raw close): the
+        // number is this one's now.
+        if let Some(b) = by_fd(fd) {
+            if let Some(old) = (b.load(Ordering::Acquire) as usize).checked_sub(1) {
+                if let Some(s) = SLOT.get(old) {
+                    let _ =
+                        s.fd.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+                }
+                b.store(0, Ordering::Release);
+            }
+        }
         let free = SLOT.iter().position(|s| !s.used.load(Ordering::Relaxed));
         let Some(i) = free else {
             return Some(OwnFd(Held::Bare(fd)));
@@ -84,6 +111,35 @@ impl OwnFd {
             b.store(i as u32 + 1, Ordering::Release);
         }
         Some(OwnFd(Held::Slot(i)))
+    }
+
+    /// [`OwnFd::raw`], checked first (one fstat) that the number still names the file it was
+    /// adopted for: before a call that changes the file (the volume's growth), so a number
+    /// lost unseen (a raw `close_range`, then reused by the program) is -1 here, not the
+    /// program's file.
+    pub fn checked_raw(&self) -> RawFd {
+        match self.0 {
+            Held::Slot(i) => {
+                let _g = TABLE.lock();
+                let s = &SLOT[i];
+                let fd = s.fd.load(Ordering::Acquire);
+                if fd < 0 {
+                    return -1;
+                }
+                if identity(fd)
+                    == Some((s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)))
+                {
+                    return fd;
+                }
+                s.fd.store(-1, Ordering::Release);
+                if let Some(b) = by_fd(fd) {
+                    let _ =
+                        b.compare_exchange(i as u32 + 1, 0, Ordering::AcqRel, Ordering::Acquire);
+                }
+                -1
+            }
+            Held::Bare(fd) => fd,
+        }
     }
 
     /// The descriptor's current number (-1 once it was lost: its operations then fail with
@@ -101,8 +157,8 @@ impl Drop for OwnFd {
         let s = match self.0 {
             Held::Slot(i) => &SLOT[i],
             Held::Bare(fd) => {
-                // SAFETY: an unrecorded own descriptor, which this value owns.
-                unsafe { libc::close(fd) };
+                // (An unrecorded own descriptor, which this value owns.)
+                close(fd);
                 return;
             }
         };
@@ -118,9 +174,7 @@ impl Drop for OwnFd {
         // Only if the number still names our file: lost behind our back, it may be the
         // program's now.
         if identity(fd) == Some((s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed))) {
-            // SAFETY: closing our own descriptor, no longer recorded (so the interposer's close
-            // passes it on).
-            unsafe { libc::close(fd) };
+            close(fd);
         }
     }
 }
@@ -156,8 +210,8 @@ pub fn relocate(fd: RawFd) -> bool {
         nb.store(i as u32 + 1, Ordering::Release);
     }
     b.store(0, Ordering::Release);
-    // SAFETY: `fd` names our file (checked by `live_slot`), which `to` now names too.
-    unsafe { libc::close(fd) };
+    // (`fd` names our file, checked by `live_slot`, which `to` now names too.)
+    close(fd);
     true
 }
 
@@ -213,8 +267,9 @@ fn by_fd(fd: RawFd) -> Option<&'static AtomicU32> {
 fn identity(fd: RawFd) -> Option<(u64, u64)> {
     // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes the struct passed.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    // SAFETY: fstat writes the struct passed (the kernel's struct stat is libc's on Linux).
+    (unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) } == 0)
+        .then_some((st.st_dev, st.st_ino))
 }
 
 /// The lowest number own descriptors are placed at: half the soft limit of open files, at most
@@ -231,22 +286,36 @@ pub fn floor() -> RawFd {
     RawFd::try_from((lim.rlim_cur / 2).min(512)).unwrap_or(512)
 }
 
+// The system calls themselves, not libc's functions: under the interposer those are its own,
+// which look this table up (and may take other locks) again.
+
 /// A close-on-exec duplicate of `fd` at or above [`floor`] (-1 if none), `fd` left open.
 fn place_high_keep(fd: RawFd) -> RawFd {
     // SAFETY: duplicating a descriptor changes no memory.
-    unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor()) }
+    unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, floor()) as RawFd }
+}
+
+/// Set close-on-exec on `fd`.
+fn set_cloexec(fd: RawFd) {
+    // SAFETY: setting a descriptor's flags changes no memory.
+    unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+/// Close `fd` (the caller's own).
+fn close(fd: RawFd) {
+    // SAFETY: the caller owns `fd`.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
 /// `fd` moved to a high number (see [`place_high_keep`]); `fd` itself if it cannot move.
 fn place_high(fd: RawFd) -> RawFd {
     let to = place_high_keep(fd);
     if to < 0 {
-        // SAFETY: setting close-on-exec on the caller's descriptor changes no memory.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        set_cloexec(fd);
         return fd;
     }
-    // SAFETY: `to` duplicates `fd`, which the caller handed over.
-    unsafe { libc::close(fd) };
+    // (`to` duplicates `fd`, which the caller handed over.)
+    close(fd);
     to
 }
 

@@ -12,6 +12,12 @@ use crate::real;
 pub(crate) const MEMFD_NAME: &std::ffi::CStr = c"iris-desc";
 const DESC_MAGIC: u64 = u64::from_le_bytes(*b"IRISDESC");
 const PAGE: usize = 4096;
+/// Where in its memfd the description lives: far past any offset a program's own I/O reaches.
+/// A kernel call the interposer does not see runs against the memfd: a write through another
+/// open of it (`/dev/stdout`, `/proc/self/fd/N` opened for writing, which Iris forwards as host
+/// paths) lands in the sparse space below, not in the description, whose inode number and
+/// offset a stray write would otherwise change.
+const DESC_OFFSET: i64 = 1 << 40;
 
 /// The shared page.
 #[repr(C)]
@@ -71,7 +77,7 @@ fn map_rw(fd: i32) -> Option<*mut SharedDesc> {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
-            0,
+            DESC_OFFSET,
         )
     };
     if p == libc::MAP_FAILED {
@@ -145,7 +151,12 @@ impl Desc {
         cloexec: bool,
     ) -> Result<(i32, *mut SharedDesc, Option<crate::desc_pool::MemfdId>), i32> {
         // SAFETY: a NUL-terminated name; memfd_create has no memory side effects.
-        let rw = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC) };
+        let rw = unsafe {
+            libc::memfd_create(
+                MEMFD_NAME.as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if rw < 0 {
             return Err(last_errno());
         }
@@ -154,21 +165,28 @@ impl Desc {
             unsafe { real::close(rw) };
             Err(e)
         };
-        // SAFETY: sizing our own new memfd.
-        if unsafe { real::ftruncate(rw, PAGE as i64) } != 0 {
+        // Sized once, sparse, and sealed against shrinking: an open of it with O_TRUNC (a
+        // forwarded `/dev/stdout`) fails with EPERM instead of taking the mapped page away
+        // (SIGBUS at the next access).
+        // SAFETY: sizing and sealing our own new memfd.
+        if unsafe { real::ftruncate(rw, DESC_OFFSET + PAGE as i64) } != 0
+            || unsafe { real::fcntl(rw, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK as usize) } != 0
+        {
             return fail(last_errno());
         }
         let Some(page) = map_rw(rw) else {
             return fail(last_errno());
         };
-        // The program's fd is a read-only open of the memfd: a kernel call on it that the
-        // interposer does not see (io_uring, a raw system call, a child without Iris) cannot
-        // write the description (EBADF), and reads past its page find the end of the file.
+        // The program's fd is a read-only open of the memfd: a write on it that the
+        // interposer does not see (io_uring, a raw system call, a child without Iris) fails
+        // with EBADF instead of vanishing into the placeholder.
         let cloexec_flag = if cloexec { libc::O_CLOEXEC } else { 0 };
         // Onto the read-write fd's number, the lowest free one, as open(2) would give.
         let read_only = reopen(rw, libc::O_RDONLY | libc::O_CLOEXEC).is_some_and(|ro| {
-            // SAFETY: replacing and closing our own fds; the mapping keeps the memfd.
+            // SAFETY: replacing and closing our own fds; the mapping keeps the memfd. (At the
+            // end of the file, so that a stray read(2) finds end of file.)
             unsafe {
+                real::lseek(ro, 0, libc::SEEK_END);
                 let moved = real::dup3(ro, rw, cloexec_flag) == rw;
                 real::close(ro);
                 moved

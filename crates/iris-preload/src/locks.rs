@@ -177,7 +177,7 @@ fn record_fd() -> Option<c_int> {
     let _g = RECORD_OPEN.lock();
     if RECORD.load(Ordering::Acquire).is_null() && !NO_RECORD_FILE.load(Ordering::Acquire) {
         let _b = Busy::enter();
-        match open_lock_file("locks").and_then(OwnFd::adopt) {
+        match open_lock_file("locks").and_then(own_lock_fd("locks")) {
             Some(own) => RECORD.store(Box::into_raw(Box::new(own)), Ordering::Release),
             None => NO_RECORD_FILE.store(true, Ordering::Release),
         }
@@ -210,8 +210,20 @@ fn description_fd(file: &OpenFile, kind: &str, slot: fn(&OpenFile) -> &LockFd) -
         return Some(fd);
     }
     let _b = Busy::enter();
-    let own = open_lock_file(kind).and_then(OwnFd::adopt)?;
+    let own = open_lock_file(kind).and_then(own_lock_fd(kind))?;
     Some(slot(file).keep(own))
+}
+
+/// How an open of lock file `kind` is kept as Iris's own fd. The record-lock file's opens stay
+/// at their numbers: moving one closes the number it leaves, and any close of that file drops
+/// every record lock the process holds in it (POSIX), OFD opens included. The flock file
+/// carries no record locks: its opens move high, out of the program's way.
+fn own_lock_fd(kind: &str) -> fn(c_int) -> Option<OwnFd> {
+    if kind == "locks" {
+        OwnFd::adopt_in_place
+    } else {
+        OwnFd::adopt
+    }
 }
 
 /// A description's own open of a lock file (see [`description_fd`]), made on first use.

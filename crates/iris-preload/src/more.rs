@@ -575,24 +575,39 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         }
     }
     let to_fd = |n: c_uint| c_int::try_from(n).unwrap_or(c_int::MAX);
-    let own = iris_media::own_fd::within(to_fd(first), to_fd(last));
-    let mut from = first;
-    for fd in own {
-        let fd = fd as c_uint;
-        if fd > from {
-            // SAFETY: closing the piece of the caller's range below our fd.
-            let r = unsafe { real::close_range(from, fd - 1, flags) };
-            if r != 0 {
-                return r;
-            }
+    let own: Vec<c_uint> = iris_media::own_fd::within(to_fd(first), to_fd(last))
+        .into_iter()
+        .filter_map(|fd| c_uint::try_from(fd).ok())
+        .collect();
+    for (from, to) in pieces_between(first, last, &own) {
+        // SAFETY: closing a piece of the caller's range.
+        let r = unsafe { real::close_range(from, to, flags) };
+        if r != 0 {
+            return r;
         }
-        from = fd + 1;
     }
-    if from > last || from == 0 {
-        return 0;
+    0
+}
+
+/// The pieces of `first..=last` between the numbers in `skip` (ascending), as inclusive
+/// ranges, in order.
+fn pieces_between(first: c_uint, last: c_uint, skip: &[c_uint]) -> Vec<(c_uint, c_uint)> {
+    let mut out = Vec::new();
+    let mut from = Some(first);
+    for &fd in skip {
+        let Some(f) = from else { break };
+        if fd < f || fd > last {
+            continue;
+        }
+        if fd > f {
+            out.push((f, fd - 1));
+        }
+        from = fd.checked_add(1);
     }
-    // SAFETY: forwarding the rest of the caller's range.
-    unsafe { real::close_range(from, last, flags) }
+    if let Some(f) = from.filter(|&f| f <= last) {
+        out.push((f, last));
+    }
+    out
 }
 
 #[no_mangle]
@@ -638,5 +653,27 @@ pub unsafe extern "C" fn realpath(p: *const c_char, resolved: *mut c_char) -> *m
         std::ptr::copy_nonoverlapping(abs.as_ptr().cast(), out, abs.len());
         *out.add(abs.len()) = 0;
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pieces_between;
+
+    #[test]
+    fn a_range_is_closed_in_the_pieces_between_the_numbers_skipped() {
+        assert_eq!(pieces_between(0, 2, &[]), vec![(0, 2)]);
+        assert_eq!(pieces_between(3, u32::MAX, &[]), vec![(3, u32::MAX)]);
+        assert_eq!(
+            pieces_between(3, u32::MAX, &[512, 513, 700]),
+            vec![(3, 511), (514, 699), (701, u32::MAX)]
+        );
+        assert_eq!(pieces_between(512, 513, &[512, 513]), vec![]);
+        assert_eq!(pieces_between(0, 10, &[0, 10]), vec![(1, 9)]);
+        assert_eq!(pieces_between(5, 9, &[2, 12]), vec![(5, 9)]);
+        assert_eq!(
+            pieces_between(0, u32::MAX, &[u32::MAX]),
+            vec![(0, u32::MAX - 1)]
+        );
     }
 }
