@@ -101,13 +101,16 @@ fn fio_with_native_aio_writes_and_verifies_through_iris() {
 #[test]
 fn native_aio_serves_iris_files_and_passes_host_files_to_the_kernel() {
     let v = Volume::new("aio");
-    let bin = Program::build("native_aio", &["/usr/lib/x86_64-linux-gnu/libaio.so.1"]);
+    let bin = Program::build(
+        "native_aio",
+        &["-pthread", "/usr/lib/x86_64-linux-gnu/libaio.so.1"],
+    );
     let host = format!("/dev/shm/iris-aio-host-{}", std::process::id());
     let out = v.sh_ok(&format!("timeout 60 {} /iris/aio {host}", bin.0));
     let _ = std::fs::remove_file(&host);
     assert_eq!(
         out,
-        "writes ok\nreads ok\nfdatasync ok\npreadv ok\npgetevents ok\nebadf ok\n"
+        "writes ok\nreads ok\nfdatasync ok\npreadv ok\npgetevents ok\nreaper ok\nebadf ok\n"
     );
     v.fsck_clean();
 }

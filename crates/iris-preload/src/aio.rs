@@ -2,8 +2,10 @@
 //! functions are thin wrappers over system calls, so the kernel ran a request on an Iris fd
 //! against its placeholder, the description's memfd: a read returned the description's bytes,
 //! a write overwrote them. A request on an Iris fd is now served at submission through Iris's
-//! own pread/pwrite/fsync, and its completion waits in a queue of its context; `io_getevents`
-//! hands those out before it asks the kernel for the rest. Requests on other fds go to the
+//! own pread/pwrite/fsync, and its completion is posted through the kernel's ring of the
+//! context (see [`complete_in_kernel`]), so threads waiting in the kernel and programs reading
+//! the ring see it; one that cannot be posted so waits in a queue, which `io_getevents` hands
+//! out before it asks the kernel for the rest. Requests on other fds go to the
 //! kernel as before. (io_uring has no library call to interpose: see the README.)
 //!
 //! libaio's convention: a negative errno as the return value, errno untouched.
@@ -58,14 +60,18 @@ static DONE: Mutex<Vec<(Ctx, IoEvent)>> = Mutex::new(Vec::new());
 
 /// Hold the queue across a fork (see `crate::fork`).
 pub(crate) fn lock_for_fork() {
+    std::mem::forget(SINKS.lock());
     std::mem::forget(DONE.lock());
 }
 
 /// Release what [`lock_for_fork`] took; a child also forgets the queue (contexts are not
 /// inherited: the kernel's are gone in the child too).
 pub(crate) fn unlock_after_fork(child: bool) {
-    // SAFETY: only called after lock_for_fork, whose guard was forgotten.
-    unsafe { DONE.force_unlock() };
+    // SAFETY: only called after lock_for_fork, whose guards were forgotten.
+    unsafe {
+        DONE.force_unlock();
+        SINKS.force_unlock();
+    }
     if child {
         DONE.lock().clear();
     }
@@ -131,6 +137,141 @@ unsafe fn serve(cb: &Iocb, fd: c_int) -> i64 {
     r
 }
 
+/// /dev/null and /dev/full, open for writing (see [`complete_in_kernel`]), once opened.
+static SINKS: Mutex<Option<(iris_media::OwnFd, iris_media::OwnFd)>> = Mutex::new(None);
+
+/// What [`rewrite`] changed in a request, to put back.
+type Saved = (u16, u32, u64, u64, i64, c_int);
+
+/// The sinks (/dev/null, /dev/full), opened on first use.
+fn sinks() -> Option<(c_int, c_int)> {
+    let mut g = SINKS.lock();
+    if g.is_none() {
+        let open = |p: &std::ffi::CStr| {
+            // SAFETY: a NUL-terminated path; libc's own open.
+            let fd = unsafe { crate::real::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC, 0) };
+            iris_media::OwnFd::adopt(fd)
+        };
+        if let (Some(null), Some(full)) = (open(c"/dev/null"), open(c"/dev/full")) {
+            *g = Some((null, full));
+        }
+    }
+    g.as_ref().map(|(n, f)| (n.raw(), f.raw()))
+}
+
+/// Rewrite request `cb`, served here with result `res`, for the kernel to finish at once with
+/// that result: a write of `res` bytes of its own buffer to /dev/null (of one byte to
+/// /dev/full for ENOSPC). Submitted to the kernel, its completion then comes through the
+/// context's own ring, so a thread already waiting in the kernel (a reaper thread), a program
+/// that reads the ring itself and the request's eventfd all see it as a kernel request's. The
+/// kernel copies a request when it takes it: put it back with [`restore`] right after. None
+/// when it cannot be done so (another error, a vectored request longer than its first buffer):
+/// the completion is queued instead.
+///
+/// # Safety
+/// `cb` is the caller's valid request, served already, not in the kernel's hands.
+unsafe fn rewrite(cb: *mut Iocb, res: i64, (null, full): (c_int, c_int)) -> Option<Saved> {
+    // SAFETY: the caller's request.
+    let r = unsafe { &mut *cb };
+    let (buf, len, sink) = match res {
+        0.. => {
+            let (buf, cap) = match r.opcode {
+                CMD_PREAD | CMD_PWRITE => (r.buf, r.nbytes),
+                CMD_PREADV | CMD_PWRITEV if r.nbytes > 0 => {
+                    // SAFETY: the request's first iovec.
+                    let first = unsafe { &*(r.buf as *const libc::iovec) };
+                    (first.iov_base as u64, first.iov_len as u64)
+                }
+                // (Nothing is read from a zero-byte buffer: any address serves.)
+                _ => (cb as u64, 0),
+            };
+            if res as u64 > cap {
+                return None;
+            }
+            (buf, res as u64, null)
+        }
+        e if e == -i64::from(libc::ENOSPC) && r.nbytes > 0 => (r.buf, 1, full),
+        _ => return None,
+    };
+    let saved = (r.opcode, r.fildes, r.buf, r.nbytes, r.offset, r.rw_flags);
+    r.opcode = CMD_PWRITE;
+    r.fildes = sink as u32;
+    r.buf = buf;
+    r.nbytes = len;
+    r.offset = 0;
+    r.rw_flags = 0;
+    Some(saved)
+}
+
+/// Put back what [`rewrite`] changed.
+///
+/// # Safety
+/// `cb` is the request `saved` came from.
+unsafe fn restore(cb: *mut Iocb, saved: Saved) {
+    // SAFETY: the caller's request.
+    let r = unsafe { &mut *cb };
+    (r.opcode, r.fildes, r.buf, r.nbytes, r.offset, r.rw_flags) = saved;
+}
+
+/// Queue the completion of request `cb` (result `res`) for `ctx`, and tell its eventfd.
+///
+/// # Safety
+/// `cb` is the caller's valid request.
+unsafe fn queue(ctx: Ctx, cb: *mut Iocb, res: i64) {
+    // SAFETY: the caller's request.
+    let (data, flags, resfd) = unsafe { ((*cb).data, (*cb).flags, (*cb).resfd) };
+    DONE.lock().push((
+        ctx,
+        IoEvent {
+            data,
+            obj: cb as u64,
+            res,
+            res2: 0,
+        },
+    ));
+    if flags & FLAG_RESFD != 0 {
+        let one = 1u64;
+        // SAFETY: an 8-byte write to the caller's eventfd, as the kernel would make.
+        unsafe { libc::write(resfd as c_int, (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Serve the requests `cbs` (on Iris fds) and post their completions (see [`rewrite`]), in
+/// one system call for those the kernel can finish.
+///
+/// # Safety
+/// `cbs` are the caller's valid requests.
+unsafe fn serve_run(ctx: Ctx, cbs: &[*mut Iocb]) {
+    let sinks = sinks();
+    let mut posted: Vec<(*mut Iocb, i64, Saved)> = Vec::with_capacity(cbs.len());
+    for &cb in cbs {
+        // SAFETY: the caller's request and its buffers.
+        let res = unsafe { serve(&*cb, (*cb).fildes as c_int) };
+        // SAFETY: as above, served now.
+        match sinks.and_then(|s| unsafe { rewrite(cb, res, s) }) {
+            Some(saved) => posted.push((cb, res, saved)),
+            // SAFETY: as above.
+            None => unsafe { queue(ctx, cb, res) },
+        }
+    }
+    if posted.is_empty() {
+        return;
+    }
+    let mut ptrs: Vec<*mut Iocb> = posted.iter().map(|p| p.0).collect();
+    // SAFETY: the rewritten requests, each buffer valid for its length.
+    let n = unsafe { real_io_submit(ctx, ptrs.len() as c_long, ptrs.as_mut_ptr()) };
+    let taken = usize::try_from(n).unwrap_or(0);
+    for (i, (cb, res, saved)) in posted.into_iter().enumerate() {
+        // SAFETY: the request rewritten above (the kernel copied it if it took it).
+        unsafe { restore(cb, saved) };
+        if i >= taken {
+            // (The ring was full, or the kernel refused: queued here instead.)
+            // SAFETY: as above.
+            unsafe { queue(ctx, cb, res) };
+        }
+    }
+}
+
 /// io_submit: requests on Iris fds served here, runs of the others passed to the kernel.
 #[no_mangle]
 pub unsafe extern "C" fn io_submit(ctx: Ctx, nr: c_long, iocbs: *mut *mut Iocb) -> c_int {
@@ -155,25 +296,20 @@ pub unsafe extern "C" fn io_submit(ctx: Ctx, nr: c_long, iocbs: *mut *mut Iocb) 
         // SAFETY: the caller's request.
         let fd = unsafe { (*cb).fildes } as c_int;
         if fdtable::get(fd).is_some() {
-            // SAFETY: the caller's request and its buffers.
-            let res = unsafe { serve(&*cb, fd) };
-            // SAFETY: as above.
-            let (data, flags, resfd) = unsafe { ((*cb).data, (*cb).flags, (*cb).resfd) };
-            DONE.lock().push((
-                ctx,
-                IoEvent {
-                    data,
-                    obj: cb as u64,
-                    res,
-                    res2: 0,
-                },
-            ));
-            if flags & FLAG_RESFD != 0 {
-                let one = 1u64;
-                // SAFETY: an 8-byte write to the caller's eventfd, as the kernel would make.
-                unsafe { libc::write(resfd as c_int, (&one as *const u64).cast(), 8) };
+            // A run of requests on Iris fds, served here.
+            let mut end = done + 1;
+            // SAFETY: the caller's requests, as above.
+            while end < nr && unsafe { !(*iocbs.add(end)).is_null() } && {
+                let fd = unsafe { (**iocbs.add(end)).fildes } as c_int;
+                fdtable::get(fd).is_some()
+            } {
+                end += 1;
             }
-            done += 1;
+            // SAFETY: the caller's array holds `nr` requests.
+            let run = unsafe { std::slice::from_raw_parts(iocbs.add(done), end - done) };
+            // SAFETY: the caller's requests and their buffers.
+            unsafe { serve_run(ctx, run) };
+            done = end;
             continue;
         }
         // A run of requests on other fds, for the kernel in one call.

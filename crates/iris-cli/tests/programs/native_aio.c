@@ -5,6 +5,7 @@
  * Prints one line per step; exits non-zero at the first wrong answer. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +57,17 @@ static void prep(struct iocb *cb, int op, int fd, void *buf, unsigned long n, lo
     cb->nbytes = n;
     cb->offset = off;
     cb->data = tag;
+}
+
+static io_context_t shared_ctx;
+static struct io_event reaped;
+static int reaper_got;
+
+/* A reaper thread, waiting in io_getevents before the request it gets is even submitted. */
+static void *reaper(void *arg) {
+    (void)arg;
+    reaper_got = io_getevents(shared_ctx, 1, 1, &reaped, NULL);
+    return NULL;
 }
 
 static void die(const char *what, long got) {
@@ -151,6 +163,17 @@ int main(int argc, char **argv) {
         memcmp(in[1], out[1], BS) != 0)
         die("pgetevents bytes", 0);
     printf("pgetevents ok\n");
+    /* A completion reaches a thread that was already waiting for it in the kernel. */
+    shared_ctx = ctx;
+    pthread_t t;
+    pthread_create(&t, NULL, reaper, NULL);
+    usleep(100000);
+    struct iocb late, *lp = &late;
+    prep(&late, PWRITE, iris, out[3], BS, 20 * BS, &late);
+    if ((r = io_submit(ctx, 1, &lp)) != 1) die("io_submit for the reaper", r);
+    pthread_join(t, NULL);
+    if (reaper_got != 1 || reaped.res != BS || reaped.obj != &late) die("reaper", reaper_got);
+    printf("reaper ok\n");
     /* A request on a closed fd fails at submission, as the kernel's do. */
     struct iocb bad, *bp = &bad;
     prep(&bad, PREAD, 1000, in[0], BS, 0, &bad);
