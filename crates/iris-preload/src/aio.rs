@@ -160,41 +160,64 @@ fn sinks() -> Option<(c_int, c_int)> {
 }
 
 /// Rewrite request `cb`, served here with result `res`, for the kernel to finish at once with
-/// that result: a write of `res` bytes of its own buffer to /dev/null (of one byte to
-/// /dev/full for ENOSPC). Submitted to the kernel, its completion then comes through the
+/// that result: a write of `res` bytes of its own buffers to /dev/null (of one byte to
+/// /dev/full for a write's ENOSPC). Submitted to the kernel, its completion then comes through the
 /// context's own ring, so a thread already waiting in the kernel (a reaper thread), a program
 /// that reads the ring itself and the request's eventfd all see it as a kernel request's. The
-/// kernel copies a request when it takes it: put it back with [`restore`] right after. None
-/// when it cannot be done so (another error, a vectored request longer than its first buffer):
-/// the completion is queued instead.
+/// kernel copies a request (and its iovecs) when it takes it: put it back with [`restore`]
+/// right after. None when it cannot be done so (another error): the completion is queued
+/// instead.
 ///
 /// # Safety
 /// `cb` is the caller's valid request, served already, not in the kernel's hands.
-unsafe fn rewrite(cb: *mut Iocb, res: i64, (null, full): (c_int, c_int)) -> Option<Saved> {
+unsafe fn rewrite(
+    cb: *mut Iocb,
+    res: i64,
+    (null, full): (c_int, c_int),
+    iovs: &mut Vec<libc::iovec>,
+) -> Option<Saved> {
     // SAFETY: the caller's request.
     let r = unsafe { &mut *cb };
-    let (buf, len, sink) = match res {
-        0.. => {
-            let (buf, cap) = match r.opcode {
-                CMD_PREAD | CMD_PWRITE => (r.buf, r.nbytes),
-                CMD_PREADV | CMD_PWRITEV if r.nbytes > 0 => {
-                    // SAFETY: the request's first iovec.
-                    let first = unsafe { &*(r.buf as *const libc::iovec) };
-                    (first.iov_base as u64, first.iov_len as u64)
-                }
-                // (Nothing is read from a zero-byte buffer: any address serves.)
-                _ => (cb as u64, 0),
-            };
-            if res as u64 > cap {
-                return None;
+    let (op, buf, len, sink) = match res {
+        0.. => match r.opcode {
+            CMD_PREAD | CMD_PWRITE if res as u64 <= r.nbytes => {
+                (CMD_PWRITE, r.buf, res as u64, null)
             }
-            (buf, res as u64, null)
-        }
-        e if e == -i64::from(libc::ENOSPC) && r.nbytes > 0 => (r.buf, 1, full),
+            CMD_PREADV | CMD_PWRITEV => {
+                // The request's own iovecs, cut at `res` bytes, in `iovs` (the kernel copies
+                // them at submission; the caller keeps them alive until then).
+                let n = usize::try_from(r.nbytes).ok()?;
+                // SAFETY: the request's `n` iovecs.
+                let all = unsafe { std::slice::from_raw_parts(r.buf as *const libc::iovec, n) };
+                let mut left = res as usize;
+                for v in all {
+                    if left == 0 {
+                        break;
+                    }
+                    let take = v.iov_len.min(left);
+                    iovs.push(libc::iovec {
+                        iov_base: v.iov_base,
+                        iov_len: take,
+                    });
+                    left -= take;
+                }
+                if left > 0 {
+                    return None;
+                }
+                (CMD_PWRITEV, iovs.as_ptr() as u64, iovs.len() as u64, null)
+            }
+            // (Nothing is read from a zero-byte buffer: any address serves.)
+            CMD_FSYNC | CMD_FDSYNC | CMD_NOOP => (CMD_PWRITE, cb as u64, 0, null),
+            _ => return None,
+        },
+        e if e == -i64::from(libc::ENOSPC) && r.nbytes > 0 => match r.opcode {
+            CMD_PWRITE => (CMD_PWRITE, r.buf, 1, full),
+            _ => return None,
+        },
         _ => return None,
     };
     let saved = (r.opcode, r.fildes, r.buf, r.nbytes, r.offset, r.rw_flags);
-    r.opcode = CMD_PWRITE;
+    r.opcode = op;
     r.fildes = sink as u32;
     r.buf = buf;
     r.nbytes = len;
@@ -244,11 +267,17 @@ unsafe fn queue(ctx: Ctx, cb: *mut Iocb, res: i64) {
 unsafe fn serve_run(ctx: Ctx, cbs: &[*mut Iocb]) {
     let sinks = sinks();
     let mut posted: Vec<(*mut Iocb, i64, Saved)> = Vec::with_capacity(cbs.len());
+    // Cut iovecs of vectored requests, alive until the submission below.
+    let mut iovs: Vec<Vec<libc::iovec>> = Vec::new();
     for &cb in cbs {
         // SAFETY: the caller's request and its buffers.
         let res = unsafe { serve(&*cb, (*cb).fildes as c_int) };
+        let mut cut = Vec::new();
         // SAFETY: as above, served now.
-        match sinks.and_then(|s| unsafe { rewrite(cb, res, s) }) {
+        let rewritten = sinks.and_then(|s| unsafe { rewrite(cb, res, s, &mut cut) });
+        // (Moving the Vec keeps its heap buffer where `rewrite` pointed the request.)
+        iovs.push(cut);
+        match rewritten {
             Some(saved) => posted.push((cb, res, saved)),
             // SAFETY: as above.
             None => unsafe { queue(ctx, cb, res) },

@@ -168,11 +168,17 @@ int main(int argc, char **argv) {
     pthread_t t;
     pthread_create(&t, NULL, reaper, NULL);
     usleep(100000);
+    /* (Vectored, longer than its first buffer: the kernel is told it as a vectored write.) */
     struct iocb late, *lp = &late;
-    prep(&late, PWRITE, iris, out[3], BS, 20 * BS, &late);
+    char l0[BS], l1[BS];
+    struct iovec liov[2] = {{l0, BS}, {l1, BS}};
+    prep(&late, PREADV, iris, liov, 2, BS, &late);
     if ((r = io_submit(ctx, 1, &lp)) != 1) die("io_submit for the reaper", r);
     pthread_join(t, NULL);
-    if (reaper_got != 1 || reaped.res != BS || reaped.obj != &late) die("reaper", reaper_got);
+    if (reaper_got != 1 || reaped.res != 2 * BS || reaped.obj != &late) die("reaper", reaper_got);
+    if (late.aio_lio_opcode != PREADV || late.aio_fildes != iris || late.buf != liov)
+        die("request put back", late.aio_lio_opcode);
+    if (memcmp(l0, out[2], BS) != 0 || memcmp(l1, out[4], BS) != 0) die("reaper bytes", 0);
     printf("reaper ok\n");
     /* A request on a closed fd fails at submission, as the kernel's do. */
     struct iocb bad, *bp = &bad;
