@@ -452,7 +452,10 @@ pub unsafe extern "C" fn io_destroy(ctx: Ctx) -> c_int {
     unsafe { real_io_destroy(ctx) }
 }
 
-/// A system call's result in libaio's convention (-errno on failure).
+// The kernel's calls, made directly as libaio makes them (its functions are these system
+// calls in its convention: -errno on failure).
+
+/// A system call's result in libaio's convention.
 fn negative_errno(r: c_long) -> c_int {
     if r < 0 {
         -crate::errno::get()
@@ -461,24 +464,9 @@ fn negative_errno(r: c_long) -> c_int {
     }
 }
 
-/// libaio's own function after this library, or None when the program has no libaio.
-fn next(slot: &std::sync::atomic::AtomicUsize, sym: &'static [u8]) -> Option<usize> {
-    let p = crate::real::resolve(slot, sym);
-    (p != 0).then_some(p)
-}
-
 unsafe fn real_io_submit(ctx: Ctx, nr: c_long, iocbs: *mut *mut Iocb) -> c_int {
-    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    match next(&SLOT, b"io_submit\0") {
-        // SAFETY: libaio's io_submit, whose C signature this is.
-        Some(p) => unsafe {
-            let f: unsafe extern "C" fn(Ctx, c_long, *mut *mut Iocb) -> c_int =
-                std::mem::transmute(p);
-            f(ctx, nr, iocbs)
-        },
-        // SAFETY: the system call libaio would make.
-        None => negative_errno(unsafe { libc::syscall(libc::SYS_io_submit, ctx, nr, iocbs) }),
-    }
+    // SAFETY: the caller's arguments, to the kernel.
+    negative_errno(unsafe { libc::syscall(libc::SYS_io_submit, ctx, nr, iocbs) })
 }
 
 unsafe fn real_io_getevents(
@@ -488,20 +476,17 @@ unsafe fn real_io_getevents(
     events: *mut IoEvent,
     timeout: *mut timespec,
 ) -> c_int {
-    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    match next(&SLOT, b"io_getevents\0") {
-        // SAFETY: libaio's io_getevents, whose C signature this is.
-        Some(p) => unsafe {
-            let f: unsafe extern "C" fn(Ctx, c_long, c_long, *mut IoEvent, *mut timespec) -> c_int =
-                std::mem::transmute(p);
-            f(ctx, min_nr, nr, events, timeout)
-        },
-        // SAFETY: the system call libaio would make.
-        None => negative_errno(unsafe {
-            libc::syscall(libc::SYS_io_getevents, ctx, min_nr, nr, events, timeout)
-        }),
-    }
+    // SAFETY: the caller's arguments, to the kernel.
+    negative_errno(unsafe {
+        libc::syscall(libc::SYS_io_getevents, ctx, min_nr, nr, events, timeout)
+    })
 }
+
+/// io_pgetevents's system call number (Linux 4.18; the libc crate does not name it).
+#[cfg(target_arch = "x86_64")]
+const SYS_IO_PGETEVENTS: c_long = 333;
+#[cfg(not(target_arch = "x86_64"))]
+const SYS_IO_PGETEVENTS: c_long = 292;
 
 unsafe fn real_io_pgetevents(
     ctx: Ctx,
@@ -511,37 +496,28 @@ unsafe fn real_io_pgetevents(
     timeout: *mut timespec,
     sigmask: *const libc::sigset_t,
 ) -> c_int {
-    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    match next(&SLOT, b"io_pgetevents\0") {
-        // SAFETY: libaio's io_pgetevents, whose C signature this is.
-        Some(p) => unsafe {
-            type F = unsafe extern "C" fn(
-                Ctx,
-                c_long,
-                c_long,
-                *mut IoEvent,
-                *mut timespec,
-                *const libc::sigset_t,
-            ) -> c_int;
-            let f: F = std::mem::transmute(p);
-            f(ctx, min_nr, nr, events, timeout, sigmask)
-        },
-        // Without libaio: the wait without the mask (the system call wants it in a struct of
-        // its own; a program that calls this function has libaio).
-        // SAFETY: as real_io_getevents.
-        None => unsafe { real_io_getevents(ctx, min_nr, nr, events, timeout) },
+    /// The system call's form of the mask: where, and how many bytes (the kernel's sigset).
+    #[repr(C)]
+    struct Mask {
+        set: *const libc::sigset_t,
+        size: usize,
     }
+    let mask = Mask {
+        set: sigmask,
+        size: 8,
+    };
+    let arg = if sigmask.is_null() {
+        std::ptr::null()
+    } else {
+        &mask as *const Mask
+    };
+    // SAFETY: the caller's arguments, to the kernel; `mask` outlives the call.
+    negative_errno(unsafe {
+        libc::syscall(SYS_IO_PGETEVENTS, ctx, min_nr, nr, events, timeout, arg)
+    })
 }
 
 unsafe fn real_io_destroy(ctx: Ctx) -> c_int {
-    static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    match next(&SLOT, b"io_destroy\0") {
-        // SAFETY: libaio's io_destroy, whose C signature this is.
-        Some(p) => unsafe {
-            let f: unsafe extern "C" fn(Ctx) -> c_int = std::mem::transmute(p);
-            f(ctx)
-        },
-        // SAFETY: the system call libaio would make.
-        None => negative_errno(unsafe { libc::syscall(libc::SYS_io_destroy, ctx) }),
-    }
+    // SAFETY: the caller's argument, to the kernel.
+    negative_errno(unsafe { libc::syscall(libc::SYS_io_destroy, ctx) })
 }
