@@ -6,7 +6,8 @@
 //! [`Store::get_with`](super::Store::get_with) checks them before it hands the bytes over,
 //! inside a read section that keeps the block from reuse. A hint table: a stale, lost or
 //! overwritten entry only sends a lookup the long way. Its size follows the volume's (a slot
-//! per two blocks, 64K to 2M slots of 64 bytes, touched only where gets land).
+//! per two blocks, 64K to 2M slots of 64 bytes, touched only where gets land: see
+//! `SlotTable`).
 //!
 //! Each slot is seqlocked by its own word (odd while a fill writes it); readers never wait and
 //! a fill that finds its slot busy is dropped. Only atomics: nothing here can be held across a
@@ -49,7 +50,71 @@ fn prefer_huge_pages(start: *const u8, len: usize) {
 
 /// The table of one open store.
 pub(super) struct Locations {
-    slots: Box<[Slot]>,
+    slots: SlotTable,
+}
+
+/// The slots, in anonymous memory of their own: zero (empty slots) until touched. (The global
+/// allocator's zeroed allocation writes every byte when the alignment is a cache line's:
+/// 128 MiB of memset, 160 ms of system time, at every open of a big volume, even by a process
+/// that only inherited an Iris fd.)
+struct SlotTable {
+    ptr: std::ptr::NonNull<Slot>,
+    len: usize,
+}
+
+// SAFETY: the table owns its mapping; slots are atomics, shared between threads by design.
+unsafe impl Send for SlotTable {}
+// SAFETY: as above.
+unsafe impl Sync for SlotTable {}
+
+impl SlotTable {
+    /// `len` empty slots.
+    fn new(len: usize) -> SlotTable {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<Slot>())
+            .expect("a table of bounded size");
+        // SAFETY: a new private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        let Some(ptr) = std::ptr::NonNull::new(p.cast::<Slot>()).filter(|_| p != libc::MAP_FAILED)
+        else {
+            // As the allocator does when memory runs out.
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<Slot>(len).expect("a table of bounded size"),
+            );
+        };
+        prefer_huge_pages(p.cast(), bytes);
+        SlotTable { ptr, len }
+    }
+}
+
+impl std::ops::Deref for SlotTable {
+    type Target = [Slot];
+    fn deref(&self) -> &[Slot] {
+        // SAFETY: the mapping holds `len` slots, page-aligned (past a Slot's alignment), zero
+        // at first (a valid, empty Slot: atomic integers), and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for SlotTable {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`; no reference to it outlives `self`.
+        unsafe {
+            libc::munmap(
+                self.ptr.as_ptr().cast(),
+                self.len * std::mem::size_of::<Slot>(),
+            )
+        };
+    }
 }
 
 impl Locations {
@@ -64,19 +129,7 @@ impl Locations {
     /// A table of `slots` slots (a power of two).
     fn with_slots(slots: usize) -> Locations {
         debug_assert!(slots.is_power_of_two());
-        let layout = std::alloc::Layout::array::<Slot>(slots).expect("a table of bounded size");
-        // SAFETY: the layout is not zero-sized; zeroed memory is a valid `Slot` (atomic
-        // integers: an empty slot), so the slice may be built over it and owned by a Box with
-        // the same layout (the global allocator's, which Box frees with). Zeroed allocation
-        // leaves the pages untouched until a slot is used.
-        let slots = unsafe {
-            let p = std::alloc::alloc_zeroed(layout) as *mut Slot;
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, slots))
-        };
-        prefer_huge_pages(slots.as_ptr().cast(), std::mem::size_of_val(&*slots));
+        let slots = SlotTable::new(slots);
         Locations { slots }
     }
 
@@ -251,5 +304,22 @@ mod tests {
         // And a put (every lock) of a value of the same length into that leaf, now written
         // since the commit: published in the leaf.
         check_window(&s, b, 4, || s.put(b, &[4u8; 4096]).expect("put"));
+    }
+
+    #[test]
+    fn a_new_table_leaves_its_pages_untouched_until_slots_are_used() {
+        let t = SlotTable::new(MAX_SLOTS);
+        let bytes = t.len() * std::mem::size_of::<Slot>();
+        let mut resident = vec![0u8; bytes.div_ceil(4096)];
+        // SAFETY: mincore reads the residency of our own mapping into a vector of one byte
+        // per page.
+        let rc = unsafe { libc::mincore(t.ptr.as_ptr().cast(), bytes, resident.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        let touched = resident.iter().filter(|&&b| b & 1 != 0).count();
+        assert!(
+            touched <= 1,
+            "{touched} of {} pages resident in a new table",
+            resident.len()
+        );
     }
 }
