@@ -128,6 +128,27 @@ fn a_program_without_iris_cannot_write_through_an_inherited_iris_fd() {
 }
 
 #[test]
+fn reopening_an_iris_fd_by_dev_stdout_or_proc_self_fd_opens_the_iris_file() {
+    // Linux reopens an open file by /dev/stdout, /dev/fd/N and /proc/self/fd/N; for an Iris fd
+    // the kernel would reopen its placeholder (the bytes lost, an O_TRUNC open refused).
+    let v = Volume::new("reopen");
+    let out = v.sh_ok(
+        "python3 -c 'open(\"/dev/stdout\", \"w\").write(\"via stdout\\n\")' > /iris/f; \
+         echo hello | tee /dev/stderr 2>/iris/g >/dev/null; \
+         exec 5>>/iris/h; echo first >&5; \
+         python3 -c 'import os; fd = os.open(\"/proc/self/fd/5\", os.O_WRONLY | os.O_APPEND); os.write(fd, b\"second\\n\")'; \
+         dd if=/iris/f of=/dev/stdout status=none > /iris/k; \
+         cat /iris/f /iris/g /iris/h /iris/k; cat /dev/stdin < /iris/g; \
+         python3 -c 'import os; os.unlink(\"/iris/g\"); print(open(\"/dev/fd/0\").read().strip())' < /iris/g",
+    );
+    assert_eq!(
+        out,
+        "via stdout\nhello\nfirst\nsecond\nvia stdout\nhello\nhello\n"
+    );
+    v.fsck_clean();
+}
+
+#[test]
 fn shell_and_coreutils() {
     let v = Volume::new("shell");
     // Redirection and append (a subshell's two writes share one offset), dd with seek.

@@ -59,6 +59,39 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         Ok(i) => i,
         Err(e) => return fail(e.0),
     };
+    let abs = if inode.is_dir() {
+        let mut p = if start == iris_fs::ROOT_INO && path.first() == Some(&b'/') {
+            crate::prefix::first()
+        } else {
+            Vec::new()
+        };
+        p.extend_from_slice(path);
+        crate::cwd::absolute(&p)
+    } else {
+        None
+    };
+    install_open(fs, inode, flags, abs)
+}
+
+/// A reopen of Iris fd `of` by one of the paths Linux reopens an open file by
+/// (`/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N`): a new description of the same inode, with
+/// `flags`. The kernel would reopen the placeholder instead.
+pub(crate) fn iris_reopen(of: &OpenFile, flags: c_int) -> c_int {
+    count(Call::Open);
+    let _b = Busy::enter();
+    let fs = match fs_or_eio() {
+        Ok(f) => f,
+        Err(e) => return fail(e.0),
+    };
+    match fs.open_inode(&cred(), of.ino, flags & !(libc::O_CREAT | libc::O_EXCL)) {
+        Ok(inode) => install_open(fs, inode, flags, of.path.clone()),
+        Err(e) => fail(e.0),
+    }
+}
+
+/// Give opened `inode` a description and a placeholder fd (`abs`: the path a directory was
+/// opened by, for fchdir).
+fn install_open(fs: &Fs, inode: Inode, flags: c_int, abs: Option<Vec<u8>>) -> c_int {
     let flags = if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         flags & !libc::O_TMPFILE
     } else {
@@ -83,17 +116,6 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         return fail(libc::EMFILE);
     }
     fs.retain(inode.ino);
-    let abs = if inode.is_dir() {
-        let mut p = if start == iris_fs::ROOT_INO && path.first() == Some(&b'/') {
-            crate::prefix::first()
-        } else {
-            Vec::new()
-        };
-        p.extend_from_slice(path);
-        crate::cwd::absolute(&p)
-    } else {
-        None
-    };
     let file = Arc::new(OpenFile {
         ino: inode.ino,
         cache: fs.file_cache(inode.ino),
@@ -222,8 +244,12 @@ macro_rules! open_fn {
             // SAFETY: `path` comes from the caller as for libc's open.
             match unsafe { target(path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, mode),
-                // SAFETY: forwarding the caller's arguments to libc.
-                Target::Host => host_open(|| unsafe { real::$real(path, flags, mode) }),
+                // SAFETY: as above.
+                Target::Host => match unsafe { crate::route::reopened(path) } {
+                    Some(f) => iris_reopen(&f, flags),
+                    // SAFETY: forwarding the caller's arguments to libc.
+                    None => host_open(|| unsafe { real::$real(path, flags, mode) }),
+                },
             }
         }
     };
@@ -238,8 +264,12 @@ macro_rules! open2_fn {
             // SAFETY: as for open.
             match unsafe { target(path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, 0),
-                // SAFETY: forwarding.
-                Target::Host => host_open(|| unsafe { real::$real(path, flags) }),
+                // SAFETY: as above.
+                Target::Host => match unsafe { crate::route::reopened(path) } {
+                    Some(f) => iris_reopen(&f, flags),
+                    // SAFETY: forwarding.
+                    None => host_open(|| unsafe { real::$real(path, flags) }),
+                },
             }
         }
     };
@@ -259,8 +289,12 @@ macro_rules! openat_fn {
             // SAFETY: as for open.
             match unsafe { target_at(dirfd, path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, mode),
-                // SAFETY: forwarding.
-                Target::Host => host_open(|| unsafe { real::$real(dirfd, path, flags, mode) }),
+                // SAFETY: as above.
+                Target::Host => match unsafe { crate::route::reopened(path) } {
+                    Some(f) => iris_reopen(&f, flags),
+                    // SAFETY: forwarding.
+                    None => host_open(|| unsafe { real::$real(dirfd, path, flags, mode) }),
+                },
             }
         }
     };
@@ -275,8 +309,12 @@ macro_rules! openat2_fn {
             // SAFETY: as for open.
             match unsafe { target_at(dirfd, path) } {
                 Target::Iris { start, path } => iris_open(start, &path, flags, 0),
-                // SAFETY: forwarding.
-                Target::Host => host_open(|| unsafe { real::$real(dirfd, path, flags) }),
+                // SAFETY: as above.
+                Target::Host => match unsafe { crate::route::reopened(path) } {
+                    Some(f) => iris_reopen(&f, flags),
+                    // SAFETY: forwarding.
+                    None => host_open(|| unsafe { real::$real(dirfd, path, flags) }),
+                },
             }
         }
     };
@@ -296,8 +334,12 @@ macro_rules! creat_fn {
                     libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
                     mode,
                 ),
-                // SAFETY: forwarding.
-                Target::Host => host_open(|| unsafe { real::$real(path, mode) }),
+                // SAFETY: as above.
+                Target::Host => match unsafe { crate::route::reopened(path) } {
+                    Some(f) => iris_reopen(&f, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC),
+                    // SAFETY: forwarding.
+                    None => host_open(|| unsafe { real::$real(path, mode) }),
+                },
             }
         }
     };

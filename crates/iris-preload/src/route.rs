@@ -84,3 +84,43 @@ pub(crate) unsafe fn target(path: *const c_char) -> Target {
     // SAFETY: forwarded contract.
     unsafe { target_at(libc::AT_FDCWD, path) }
 }
+
+/// The open Iris file a host path reopens, as Linux reopens an open file by `/dev/stdin`,
+/// `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`, `/proc/thread-self/fd/N` or
+/// `/proc/PID/fd/N` (this process): the kernel would reopen the fd's placeholder instead.
+///
+/// # Safety
+/// `path` is null or a valid C string.
+pub(crate) unsafe fn reopened(path: *const c_char) -> Option<std::sync::Arc<fdtable::OpenFile>> {
+    if path.is_null() {
+        return None;
+    }
+    // SAFETY: a valid C string (the caller's promise).
+    let b = unsafe { CStr::from_ptr(path) }.to_bytes();
+    if !b.starts_with(b"/dev/") && !b.starts_with(b"/proc/") {
+        return None;
+    }
+    let fd = match b {
+        b"/dev/stdin" => 0,
+        b"/dev/stdout" => 1,
+        b"/dev/stderr" => 2,
+        _ => {
+            let own = || {
+                let rest = b.strip_prefix(b"/proc/")?;
+                // SAFETY: getpid has no preconditions.
+                let pid = format!("{}/fd/", unsafe { libc::getpid() });
+                rest.strip_prefix(pid.as_bytes())
+            };
+            let n = b
+                .strip_prefix(b"/dev/fd/")
+                .or_else(|| b.strip_prefix(b"/proc/self/fd/"))
+                .or_else(|| b.strip_prefix(b"/proc/thread-self/fd/"))
+                .or_else(own)?;
+            if n.is_empty() || !n.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            std::str::from_utf8(n).ok()?.parse::<i32>().ok()?
+        }
+    };
+    fdtable::get(fd)
+}

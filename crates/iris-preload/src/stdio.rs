@@ -132,7 +132,16 @@ macro_rules! real_ptr {
 
 unsafe fn fopen_any(path: *const c_char, mode: *const c_char, real: Option<FopenFn>) -> *mut FILE {
     // SAFETY: caller's path.
-    match unsafe { target(path) } {
+    let target = match unsafe { target(path) } {
+        // (A reopen of an Iris fd, `/dev/stdout` say: our open serves it.)
+        // SAFETY: as above.
+        Target::Host if unsafe { crate::route::reopened(path) }.is_some() => Target::Iris {
+            start: iris_fs::ROOT_INO,
+            path: Vec::new(),
+        },
+        t => t,
+    };
+    match target {
         Target::Iris { .. } => {
             if mode.is_null() {
                 set(libc::EINVAL);

@@ -198,8 +198,6 @@ impl Fs {
         mode: u32,
         depth: u32,
     ) -> FsResult<Inode> {
-        let acc = flags & libc::O_ACCMODE;
-        let want_write = acc == libc::O_WRONLY || acc == libc::O_RDWR;
         let follow = flags & libc::O_NOFOLLOW == 0;
         let ino = if flags & libc::O_CREAT != 0 {
             if path.ends_with(b"/") {
@@ -298,6 +296,15 @@ impl Fs {
         } else {
             self.resolve(cred, start, path, follow)?
         };
+        self.open_inode(cred, ino, flags)
+    }
+
+    /// Open inode `ino`, already found, per `flags` (access mode, O_DIRECTORY, O_TRUNC): the
+    /// checks of [`Fs::open`] after its path is resolved. (A reopen of an open file, as Linux
+    /// makes through /proc/self/fd/N or /dev/stdout, even when unlinked.)
+    pub fn open_inode(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Inode> {
+        let acc = flags & libc::O_ACCMODE;
+        let want_write = acc == libc::O_WRONLY || acc == libc::O_RDWR;
         let inode = self.getattr(ino)?;
         if inode.is_symlink() {
             // O_NOFOLLOW on a symlink (O_PATH is not served).
