@@ -49,7 +49,6 @@ const CMD_PREAD: u16 = 0;
 const CMD_PWRITE: u16 = 1;
 const CMD_FSYNC: u16 = 2;
 const CMD_FDSYNC: u16 = 3;
-const CMD_NOOP: u16 = 6;
 const CMD_PREADV: u16 = 7;
 const CMD_PWRITEV: u16 = 8;
 /// `aio_flags`: signal the eventfd `aio_resfd` at completion.
@@ -83,6 +82,20 @@ fn result(r: i64) -> i64 {
         -i64::from(crate::errno::get())
     } else {
         r
+    }
+}
+
+/// Whether the kernel would take request `cb` on Iris fd `fd` at submission: a known
+/// operation, on an fd open for it (else the errno it gives then: EINVAL, EBADF).
+fn admissible(cb: &Iocb, fd: c_int) -> Result<(), c_int> {
+    let Some(file) = fdtable::get(fd) else {
+        return Err(libc::EBADF);
+    };
+    match cb.opcode {
+        CMD_PREAD | CMD_PREADV if !file.readable() => Err(libc::EBADF),
+        CMD_PWRITE | CMD_PWRITEV if !file.writable() => Err(libc::EBADF),
+        CMD_PREAD | CMD_PREADV | CMD_PWRITE | CMD_PWRITEV | CMD_FSYNC | CMD_FDSYNC => Ok(()),
+        _ => Err(libc::EINVAL),
     }
 }
 
@@ -129,7 +142,6 @@ unsafe fn serve(cb: &Iocb, fd: c_int) -> i64 {
             }
             CMD_FSYNC => result(i64::from(crate::calls::fsync(fd))),
             CMD_FDSYNC => result(i64::from(crate::calls::fdatasync(fd))),
-            CMD_NOOP => 0,
             _ => -i64::from(libc::EINVAL),
         }
     };
@@ -207,7 +219,7 @@ unsafe fn rewrite(
                 (CMD_PWRITEV, iovs.as_ptr() as u64, iovs.len() as u64, null)
             }
             // (Nothing is read from a zero-byte buffer: any address serves.)
-            CMD_FSYNC | CMD_FDSYNC | CMD_NOOP => (CMD_PWRITE, cb as u64, 0, null),
+            CMD_FSYNC | CMD_FDSYNC => (CMD_PWRITE, cb as u64, 0, null),
             _ => return None,
         },
         e if e == -i64::from(libc::ENOSPC) && r.nbytes > 0 => match r.opcode {
@@ -325,12 +337,18 @@ pub unsafe extern "C" fn io_submit(ctx: Ctx, nr: c_long, iocbs: *mut *mut Iocb) 
         // SAFETY: the caller's request.
         let fd = unsafe { (*cb).fildes } as c_int;
         if fdtable::get(fd).is_some() {
-            // A run of requests on Iris fds, served here.
+            // A run of requests on Iris fds, served here, up to the first the kernel would
+            // refuse at submission (the submission stops there, as the kernel's does).
+            // SAFETY: the caller's request.
+            if let Err(e) = unsafe { admissible(&*cb, fd) } {
+                return if done > 0 { done as c_int } else { -e };
+            }
             let mut end = done + 1;
             // SAFETY: the caller's requests, as above.
             while end < nr && unsafe { !(*iocbs.add(end)).is_null() } && {
-                let fd = unsafe { (**iocbs.add(end)).fildes } as c_int;
-                fdtable::get(fd).is_some()
+                let cb = unsafe { *iocbs.add(end) };
+                let fd = unsafe { (*cb).fildes } as c_int;
+                fdtable::get(fd).is_some() && unsafe { admissible(&*cb, fd) }.is_ok()
             } {
                 end += 1;
             }

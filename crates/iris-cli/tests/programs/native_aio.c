@@ -185,6 +185,15 @@ int main(int argc, char **argv) {
     prep(&bad, PREAD, 1000, in[0], BS, 0, &bad);
     r = io_submit(ctx, 1, &bp);
     if (r != -9) die("io_submit on a closed fd", r);
+    /* As the kernel: a read of a write-only Iris fd is refused at submission (EBADF), and a
+     * batch stops before it. */
+    int wo = open(argv[1], O_WRONLY);
+    struct iocb rd, ok, *rp = &rd, *batch[2] = {&ok, &rd};
+    prep(&rd, PREAD, wo, in[0], BS, 0, &rd);
+    if ((r = io_submit(ctx, 1, &rp)) != -9) die("read of a write-only fd", r);
+    prep(&ok, PWRITE, iris, out[0], BS, 0, &ok);
+    if ((r = io_submit(ctx, 2, batch)) != 1) die("batch stopping at the refused request", r);
+    reap(ctx, 1, BS);
     printf("ebadf ok\n");
     io_destroy(ctx);
     return 0;
