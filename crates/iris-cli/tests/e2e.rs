@@ -62,18 +62,28 @@ fn sqlite3_transactions_survive_and_check_clean() {
     v.fsck_clean();
 }
 
-#[test]
-fn fio_random_write_then_read_verifies() {
-    let v = Volume::new("fio");
+/// fio random writes then random reads of a 16 MiB file under /iris with crc32c verify, on
+/// the I/O engine `engine` (fio's own options for it).
+fn fio_verifies(v: &Volume, engine: &str) {
     for rw in ["randwrite", "randread"] {
         let out = v.sh_ok(&format!(
-            "fio --name=j --directory=/iris --size=16m --bs=4k --rw={rw} --ioengine=psync \
+            "fio --name=j --directory=/iris --size=16m --bs=4k --rw={rw} {engine} \
              --verify=crc32c --do_verify=1 --verify_state_save=0 --output-format=terse --terse-version=3"
         ));
         let fields: Vec<&str> = out.trim().split(';').collect();
         // terse v3: field 5 is the error code.
-        assert_eq!(fields.get(4), Some(&"0"), "fio {rw} error: {out}");
+        assert_eq!(
+            fields.get(4),
+            Some(&"0"),
+            "fio {rw} ({engine}) error: {out}"
+        );
     }
+}
+
+#[test]
+fn fio_random_write_then_read_verifies() {
+    let v = Volume::new("fio");
+    fio_verifies(&v, "--ioengine=psync");
     v.fsck_clean();
 }
 
@@ -83,15 +93,10 @@ fn fio_with_native_aio_writes_and_verifies_through_iris() {
     // the Iris fd's placeholder memfd (a write overwrote the description there, a read
     // returned it) and fio's verify failed.
     let v = Volume::new("fio-aio");
-    for rw in ["randwrite", "randread"] {
-        let out = v.sh_ok(&format!(
-            "fio --name=j --directory=/iris --size=16m --bs=4k --rw={rw} --ioengine=libaio \
-             --iodepth=16 --iodepth_batch_submit=8 --verify=crc32c --do_verify=1 \
-             --verify_state_save=0 --output-format=terse --terse-version=3"
-        ));
-        let fields: Vec<&str> = out.trim().split(';').collect();
-        assert_eq!(fields.get(4), Some(&"0"), "fio {rw} error: {out}");
-    }
+    fio_verifies(
+        &v,
+        "--ioengine=libaio --iodepth=16 --iodepth_batch_submit=8",
+    );
     // The bytes are in the file: a plain read sees fio's verify header (its magic, 0xacca).
     let out = v.sh_ok("od -A n -t x2 -N 2 /iris/j.0.0");
     assert_eq!(out.trim(), "acca");
