@@ -154,6 +154,41 @@ fn reopening_an_iris_fd_by_dev_stdout_or_proc_self_fd_opens_the_iris_file() {
 }
 
 #[test]
+fn stat_access_and_readlink_of_an_iris_fds_path_describe_the_iris_file() {
+    // `/dev/stdin`, `/dev/fd/N`, `/proc/self/fd/N` name an open file; for an Iris fd the kernel
+    // would describe its placeholder (a memfd of 1 TiB, mode 0777, named "/memfd:...").
+    let v = Volume::new("fdpath");
+    let out = v.sh_ok(
+        "seq 1 1000 > /iris/n; chmod 444 /iris/n; \
+         stat -L -c '%s %a' /dev/stdin < /iris/n; \
+         [ -x /dev/stdin ] < /iris/n || echo not executable; \
+         readlink /proc/self/fd/0 < /iris/n; realpath /dev/stdin < /iris/n; \
+         python3 -c '
+import os
+fd = os.open(\"/iris/n\", os.O_RDONLY)
+ino = os.fstat(fd).st_ino
+for p in (\"/dev/fd/%d\" % fd, \"/proc/self/fd/%d\" % fd, \"/proc/%d/fd/%d\" % (os.getpid(), fd)):
+    st = os.stat(p)
+    print(st.st_size, oct(st.st_mode & 0o777), st.st_ino == ino, os.access(p, os.X_OK), os.readlink(p))
+print(os.path.realpath(\"/dev/fd/%d\" % fd))
+os.chdir(\"/iris\")
+rel = os.open(\"n\", os.O_RDONLY)
+os.unlink(\"/iris/n\")
+print(os.readlink(\"/proc/self/fd/%d\" % rel), os.stat(\"/dev/fd/%d\" % rel).st_nlink)
+'",
+    );
+    assert_eq!(
+        out,
+        "3893 444\nnot executable\n/iris/n\n/iris/n\n\
+         3893 0o444 True False /iris/n\n\
+         3893 0o444 True False /iris/n\n\
+         3893 0o444 True False /iris/n\n\
+         /iris/n\n/iris/n (deleted) 0\n"
+    );
+    v.fsck_clean();
+}
+
+#[test]
 fn shell_and_coreutils() {
     let v = Volume::new("shell");
     // Redirection and append (a subshell's two writes share one offset), dd with seek.

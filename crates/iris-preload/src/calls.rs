@@ -59,16 +59,15 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         Ok(i) => i,
         Err(e) => return fail(e.0),
     };
-    let abs = if inode.is_dir() {
-        let mut p = if start == iris_fs::ROOT_INO && path.first() == Some(&b'/') {
-            crate::prefix::first()
+    let from_root = start == iris_fs::ROOT_INO && path.first() == Some(&b'/');
+    let abs = if inode.is_dir() || from_root || crate::cwd::iris_cwd() == Some(start) {
+        if from_root {
+            Some(crate::cwd::under_first_prefix(path))
         } else {
-            Vec::new()
-        };
-        p.extend_from_slice(path);
-        crate::cwd::absolute(&p)
+            crate::cwd::absolute(path)
+        }
     } else {
-        None
+        None // a file opened relative to a directory fd: its path is not known here
     };
     install_open(fs, inode, flags, abs)
 }
@@ -89,8 +88,8 @@ pub(crate) fn iris_reopen(of: &OpenFile, flags: c_int) -> c_int {
     }
 }
 
-/// Give opened `inode` a description and a placeholder fd (`abs`: the path a directory was
-/// opened by, for fchdir).
+/// Give opened `inode` a description and a placeholder fd (`abs`: the absolute path it was
+/// opened by, for fchdir and for `readlink` of `/proc/self/fd/N`).
 fn install_open(fs: &Fs, inode: Inode, flags: c_int, abs: Option<Vec<u8>>) -> c_int {
     let flags = if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         flags & !libc::O_TMPFILE
@@ -114,6 +113,9 @@ fn install_open(fs: &Fs, inode: Inode, flags: c_int, abs: Option<Vec<u8>>) -> c_
         // SAFETY: closing the memfd we just created.
         unsafe { real::close(fd) };
         return fail(libc::EMFILE);
+    }
+    if let Some(p) = &abs {
+        desc.set_path(p);
     }
     fs.retain(inode.ino);
     let file = Arc::new(OpenFile {
@@ -898,8 +900,12 @@ macro_rules! stat_fn {
             // SAFETY: caller's path.
             match unsafe { target(path) } {
                 Target::Iris { start, path } => stat_path(start, &path, $follow, st.cast()),
-                // SAFETY: forwarding.
-                Target::Host => unsafe { real::$real(path, st) },
+                // SAFETY: the caller's path.
+                Target::Host => match unsafe { stat_reopened(path, $follow, st.cast()) } {
+                    Some(r) => r,
+                    // SAFETY: forwarding.
+                    None => unsafe { real::$real(path, st) },
+                },
             }
         }
     };
@@ -929,8 +935,25 @@ fn statat_iris(
             flags & libc::AT_SYMLINK_NOFOLLOW == 0,
             st,
         )),
-        Target::Host => None,
+        // SAFETY: the caller's path (an absolute one names the same file from any dirfd).
+        Target::Host => unsafe { stat_reopened(path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, st) },
     }
+}
+
+/// stat of a host path that names an Iris fd (`/dev/stdin`, `/dev/fd/N`, `/proc/self/fd/N`:
+/// see `route::reopened`) when it follows symlinks: the open Iris file's, where the kernel
+/// would stat the fd's placeholder (a size of 1 TiB, mode 0777). `lstat` of the fd's own link
+/// is the kernel's (a symlink), as on Linux.
+///
+/// # Safety
+/// `path` is null or a valid C string.
+unsafe fn stat_reopened(path: *const c_char, follow: bool, st: *mut libc::stat) -> Option<c_int> {
+    if !follow {
+        // `/dev/stdin` itself is a symlink too, to `/proc/self/fd/0`.
+        return None;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { crate::route::reopened(path) }.map(|f| stat_fd(&f, st))
 }
 
 macro_rules! fstatat_fn {
@@ -960,8 +983,12 @@ macro_rules! xstat_fn {
             // SAFETY: caller's path.
             match unsafe { target(path) } {
                 Target::Iris { start, path } => stat_path(start, &path, $follow, st.cast()),
-                // SAFETY: forwarding.
-                Target::Host => unsafe { real::$real(ver, path, st) },
+                // SAFETY: the caller's path.
+                Target::Host => match unsafe { stat_reopened(path, $follow, st.cast()) } {
+                    Some(r) => r,
+                    // SAFETY: forwarding.
+                    None => unsafe { real::$real(ver, path, st) },
+                },
             }
         }
     };
@@ -1071,13 +1098,32 @@ fn access_iris(start: u64, path: &[u8], mode: c_int, flags: c_int) -> c_int {
         let c = cred();
         let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
         let ino = fs.resolve(&c, start, path, follow)?;
-        let i = fs.getattr(ino)?;
-        let mask = (mode & 7) as u32;
-        if mask == 0 {
-            return Ok(());
-        }
-        c.check(&i, mask)
+        access_ino(fs, ino, mode)
     })
+}
+
+/// The permission check of `access` (mode `R_OK | W_OK | X_OK`, or `F_OK`) on inode `ino`.
+fn access_ino(fs: &Fs, ino: u64, mode: c_int) -> Result<(), Errno> {
+    let i = fs.getattr(ino)?;
+    let mask = (mode & 7) as u32;
+    if mask == 0 {
+        return Ok(());
+    }
+    cred().check(&i, mask)
+}
+
+/// `access` of a host path that names an Iris fd (see [`stat_reopened`]): the open Iris
+/// file's mode bits decide, not its placeholder's.
+///
+/// # Safety
+/// `path` is null or a valid C string.
+unsafe fn access_reopened(path: *const c_char, mode: c_int, flags: c_int) -> Option<c_int> {
+    if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+        return None;
+    }
+    // SAFETY: forwarded contract.
+    let f = unsafe { crate::route::reopened(path) }?;
+    Some(path_op(|fs| access_ino(fs, f.ino, mode)))
 }
 
 #[no_mangle]
@@ -1085,8 +1131,12 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: caller's path.
     match unsafe { target(path) } {
         Target::Iris { start, path } => access_iris(start, &path, mode, 0),
-        // SAFETY: forwarding.
-        Target::Host => unsafe { real::access(path, mode) },
+        // SAFETY: the caller's path.
+        Target::Host => match unsafe { access_reopened(path, mode, 0) } {
+            Some(r) => r,
+            // SAFETY: forwarding.
+            None => unsafe { real::access(path, mode) },
+        },
     }
 }
 
@@ -1098,8 +1148,12 @@ macro_rules! eaccess_fn {
             // SAFETY: caller's path.
             match unsafe { target(path) } {
                 Target::Iris { start, path } => access_iris(start, &path, mode, 0),
-                // SAFETY: forwarding.
-                Target::Host => unsafe { real::$real(path, mode) },
+                // SAFETY: the caller's path.
+                Target::Host => match unsafe { access_reopened(path, mode, 0) } {
+                    Some(r) => r,
+                    // SAFETY: forwarding.
+                    None => unsafe { real::$real(path, mode) },
+                },
             }
         }
     };
@@ -1117,8 +1171,12 @@ pub unsafe extern "C" fn faccessat(
     // SAFETY: caller's path.
     match unsafe { target_at(dirfd, path) } {
         Target::Iris { start, path } => access_iris(start, &path, mode, flags),
-        // SAFETY: forwarding.
-        Target::Host => unsafe { real::faccessat(dirfd, path, mode, flags) },
+        // SAFETY: the caller's path (an absolute one names the same file from any dirfd).
+        Target::Host => match unsafe { access_reopened(path, mode, flags) } {
+            Some(r) => r,
+            // SAFETY: forwarding.
+            None => unsafe { real::faccessat(dirfd, path, mode, flags) },
+        },
     }
 }
 
@@ -1827,9 +1885,52 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size
                 Err(e) => fail(e.0),
             }
         }
-        // SAFETY: forwarding.
-        Target::Host => unsafe { real::readlink(path, buf, n) },
+        // SAFETY: the caller's path and buffer.
+        Target::Host => match unsafe { readlink_fd_link(path, buf, n) } {
+            Some(r) => r,
+            // SAFETY: forwarding.
+            None => unsafe { real::readlink(path, buf, n) },
+        },
     }
+}
+
+/// What `readlink` of the kernel's link to an Iris fd (`/proc/self/fd/N`, `/dev/fd/N`: see
+/// `route::fd_link`) names: the path the file was opened by while that path still names it,
+/// with " (deleted)" once the file has no name left, as Linux says. `None` (the kernel answers,
+/// naming the placeholder) when that is not known: a file opened relative to a directory fd,
+/// or renamed since.
+///
+/// # Safety
+/// `path` is null or a valid C string; `buf` holds `n` bytes.
+pub(crate) unsafe fn readlink_fd_link(
+    path: *const c_char,
+    buf: *mut c_char,
+    n: size_t,
+) -> Option<ssize_t> {
+    // SAFETY: forwarded contract.
+    let f = unsafe { crate::route::fd_link(path) }?;
+    let text = fd_link_text(&f)?;
+    let k = text.len().min(n);
+    // SAFETY: the caller's buffer holds n >= k bytes.
+    unsafe { slice_mut(buf.cast(), k) }.copy_from_slice(&text[..k]);
+    Some(k as ssize_t)
+}
+
+/// The path an open Iris file is known by now (see [`readlink_fd_link`]).
+pub(crate) fn fd_link_text(f: &OpenFile) -> Option<Vec<u8>> {
+    let opened_by = f.path.as_ref()?;
+    let c = std::ffi::CString::new(opened_by.clone()).ok()?;
+    // (Before `Busy`, under which every path is the host's.)
+    // SAFETY: a valid C string.
+    let Target::Iris { start, path } = (unsafe { target(c.as_ptr()) }) else {
+        return None;
+    };
+    let _b = Busy::enter();
+    let fs = state::fs()?;
+    if fs.getattr(f.ino).ok()?.nlink == 0 {
+        return Some([opened_by.as_slice(), b" (deleted)"].concat());
+    }
+    (fs.resolve(&cred(), start, &path, false).ok()? == f.ino).then(|| opened_by.clone())
 }
 
 #[no_mangle]

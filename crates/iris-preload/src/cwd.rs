@@ -44,8 +44,19 @@ fn current_abs() -> Option<Vec<u8>> {
     CWD.lock().as_ref().map(|(_, p)| p.clone())
 }
 
+/// Whether absolute `path` is normal already: no empty, "." or ".." component.
+fn is_normal(path: &[u8]) -> bool {
+    path.len() > 1
+        && path[1..]
+            .split(|b| *b == b'/')
+            .all(|c| !matches!(c, b"" | b"." | b".."))
+}
+
 /// Lexically normalise an absolute path ("." and ".." removed).
 fn normalize(path: &[u8]) -> Vec<u8> {
+    if is_normal(path) {
+        return path.to_vec(); // the common case, without the pieces
+    }
     let mut parts: Vec<&[u8]> = Vec::new();
     for c in path.split(|b| *b == b'/') {
         match c {
@@ -226,6 +237,22 @@ pub(crate) fn adopt_pwd() {
     }
 }
 
+/// [`absolute`] of a path under the first mount prefix, given relative to the Iris root
+/// (`/a/b`), in one allocation when it is normal already.
+pub(crate) fn under_first_prefix(path: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(64 + path.len());
+    crate::prefix::for_each(|x| {
+        p.extend_from_slice(x);
+        false
+    });
+    p.extend_from_slice(path);
+    if is_normal(&p) {
+        p
+    } else {
+        normalize(&p)
+    }
+}
+
 /// Absolute Iris path (with prefix) of `path` given from the Iris cwd or absolute.
 pub(crate) fn absolute(path: &[u8]) -> Option<Vec<u8>> {
     if path.first() == Some(&b'/') {
@@ -235,4 +262,25 @@ pub(crate) fn absolute(path: &[u8]) -> Option<Vec<u8>> {
     base.push(b'/');
     base.extend_from_slice(path);
     Some(normalize(&base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize;
+
+    #[test]
+    fn normalising_drops_dots_and_empty_components_and_keeps_plain_paths() {
+        for (path, want) in [
+            (&b"/iris/a/b"[..], &b"/iris/a/b"[..]),
+            (b"/", b"/"),
+            (b"/iris/", b"/iris"),
+            (b"//iris//a", b"/iris/a"),
+            (b"/iris/./a/.", b"/iris/a"),
+            (b"/iris/a/../b/..", b"/iris"),
+            (b"/..", b"/"),
+            (b"/iris/.hidden/..x", b"/iris/.hidden/..x"),
+        ] {
+            assert_eq!(normalize(path), want, "{}", String::from_utf8_lossy(path));
+        }
+    }
 }

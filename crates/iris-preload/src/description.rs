@@ -4,7 +4,7 @@
 //! exec or SCM_RIGHTS) maps the same page, so offsets are shared exactly as POSIX shares them,
 //! and a new program image finds its inherited Iris fds by scanning /proc/self/fd for these memfds.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::real;
 
@@ -30,7 +30,14 @@ pub(crate) struct SharedDesc {
     pub offset: AtomicU64,
     /// Offset lock: 0 free, else the holder's pid.
     lock: AtomicU32,
+    /// Bytes of `path` in use; 0 when the path is not known.
+    path_len: AtomicU32,
+    /// The absolute path the description was opened by (see [`Desc::path`]).
+    path: [AtomicU8; PATH_BYTES],
 }
+
+/// Room for the path in the page: longer paths are not kept.
+const PATH_BYTES: usize = PAGE - 48;
 
 const _: () = assert!(std::mem::size_of::<SharedDesc>() <= PAGE);
 
@@ -141,6 +148,7 @@ impl Desc {
         s.is_dir.store(u32::from(is_dir), Ordering::Relaxed);
         s.offset.store(0, Ordering::Relaxed);
         s.lock.store(0, Ordering::Relaxed);
+        s.path_len.store(0, Ordering::Relaxed);
         s.magic.store(DESC_MAGIC, Ordering::Release);
         Ok((fd, d))
     }
@@ -248,6 +256,31 @@ impl Desc {
     }
 
     /// The shared state.
+    /// Record the absolute path the description was opened by, for the processes that
+    /// inherit it (see `calls::fd_link_text`). Before its fd is handed out.
+    pub fn set_path(&self, path: &[u8]) {
+        let s = self.shared();
+        if path.len() > PATH_BYTES {
+            return;
+        }
+        for (to, b) in s.path.iter().zip(path) {
+            to.store(*b, Ordering::Relaxed);
+        }
+        s.path_len.store(path.len() as u32, Ordering::Release);
+    }
+
+    /// The path recorded by [`Desc::set_path`], if any.
+    pub fn path(&self) -> Option<Vec<u8>> {
+        let s = self.shared();
+        let n = (s.path_len.load(Ordering::Acquire) as usize).min(PATH_BYTES);
+        (n > 0).then(|| {
+            s.path[..n]
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect()
+        })
+    }
+
     pub fn shared(&self) -> &SharedDesc {
         // SAFETY: `page` maps PAGE bytes for the Desc's life; SharedDesc is all atomics.
         unsafe { &*self.page }

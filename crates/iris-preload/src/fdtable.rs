@@ -21,7 +21,9 @@ pub(crate) struct OpenFile {
     pub cache: Arc<iris_fs::FileCache>,
     pub is_dir: bool,
     pub desc: Desc,
-    /// Absolute path it was opened by (with the mount prefix), for fchdir; unknown if inherited.
+    /// Absolute path it was opened by (with the mount prefix), for fchdir and `readlink` of
+    /// `/proc/self/fd/N` (kept in the description for processes that inherit it); unknown
+    /// for a file opened relative to a directory fd.
     pub path: Option<Vec<u8>>,
     /// This description's open of the flock file (see `locks`), made at the first flock.
     pub flock_fd: crate::locks::LockFd,

@@ -49,6 +49,7 @@ extern "C" fn on_load() {
         let s = desc.shared();
         let ino = s.ino.load(std::sync::atomic::Ordering::Relaxed);
         let is_dir = s.is_dir.load(std::sync::atomic::Ordering::Relaxed) != 0;
+        let path = desc.path();
         fs.retain(ino);
         fdtable::install(
             fd,
@@ -57,7 +58,7 @@ extern "C" fn on_load() {
                 cache: fs.file_cache(ino),
                 is_dir,
                 desc,
-                path: None,
+                path,
                 flock_fd: crate::locks::LockFd::new(),
                 ofd_fd: crate::locks::LockFd::new(),
             }),

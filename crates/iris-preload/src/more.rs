@@ -152,8 +152,13 @@ pub unsafe extern "C" fn readlinkat(
                 Err(e) => fail(e.0),
             }
         }
-        // SAFETY: forwarding.
-        Target::Host => unsafe { real::readlinkat(dirfd, p, buf, n) },
+        // SAFETY: the caller's path (an absolute one names the same link from any dirfd) and
+        // buffer.
+        Target::Host => match unsafe { crate::calls::readlink_fd_link(p, buf, n) } {
+            Some(r) => r,
+            // SAFETY: forwarding.
+            None => unsafe { real::readlinkat(dirfd, p, buf, n) },
+        },
     }
 }
 
@@ -614,8 +619,19 @@ fn pieces_between(first: c_uint, last: c_uint, skip: &[c_uint]) -> Vec<(c_uint, 
 pub unsafe extern "C" fn realpath(p: *const c_char, resolved: *mut c_char) -> *mut c_char {
     // SAFETY: caller's path.
     let Target::Iris { start, path } = (unsafe { target(p) }) else {
-        // SAFETY: forwarding.
-        return unsafe { real::realpath(p, resolved) };
+        // A path to an Iris fd (`/dev/stdin`, `/proc/self/fd/N`) resolves to the file's path
+        // (see `calls::fd_link_text`), not to its placeholder.
+        // SAFETY: caller's path.
+        let named = unsafe { crate::route::reopened(p) }
+            .and_then(|f| crate::calls::fd_link_text(&f))
+            .filter(|t| !t.ends_with(b" (deleted)"))
+            .and_then(|t| std::ffi::CString::new(t).ok());
+        return match named {
+            // SAFETY: a valid C string, and the caller's buffer.
+            Some(t) => unsafe { realpath(t.as_ptr(), resolved) },
+            // SAFETY: forwarding.
+            None => unsafe { real::realpath(p, resolved) },
+        };
     };
     let _b = Busy::enter();
     let Some(fs) = state::fs() else {

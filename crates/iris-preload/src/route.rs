@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 
 use iris_fs::ROOT_INO;
-use libc::c_char;
+use libc::{c_char, c_int};
 
 use crate::fdtable;
 use crate::state;
@@ -87,11 +87,37 @@ pub(crate) unsafe fn target(path: *const c_char) -> Target {
 
 /// The open Iris file a host path reopens, as Linux reopens an open file by `/dev/stdin`,
 /// `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`, `/proc/thread-self/fd/N` or
-/// `/proc/PID/fd/N` (this process): the kernel would reopen the fd's placeholder instead.
+/// `/proc/PID/fd/N` (this process): the kernel would reopen the fd's placeholder instead. So
+/// would a `stat` or `access` of such a path.
 ///
 /// # Safety
 /// `path` is null or a valid C string.
 pub(crate) unsafe fn reopened(path: *const c_char) -> Option<std::sync::Arc<fdtable::OpenFile>> {
+    // SAFETY: forwarded contract.
+    let (fd, _) = unsafe { fd_named_by(path) }?;
+    fdtable::get(fd)
+}
+
+/// The open Iris file whose fd a host path is the kernel's link to (`/dev/fd/N`,
+/// `/proc/self/fd/N`, `/proc/thread-self/fd/N`, `/proc/PID/fd/N` of this process): what
+/// `readlink` of it names. (`/dev/stdin` and its kin are ordinary symlinks to `/proc/self/fd/N`.)
+///
+/// # Safety
+/// `path` is null or a valid C string.
+pub(crate) unsafe fn fd_link(path: *const c_char) -> Option<std::sync::Arc<fdtable::OpenFile>> {
+    // SAFETY: forwarded contract.
+    match unsafe { fd_named_by(path) }? {
+        (fd, true) => fdtable::get(fd),
+        (_, false) => None,
+    }
+}
+
+/// The fd number a path names (see [`reopened`]), and whether the path is the kernel's link
+/// to the fd itself rather than a symlink to that link (`/dev/stdin`...).
+///
+/// # Safety
+/// `path` is null or a valid C string.
+unsafe fn fd_named_by(path: *const c_char) -> Option<(c_int, bool)> {
     if path.is_null() {
         return None;
     }
@@ -100,10 +126,10 @@ pub(crate) unsafe fn reopened(path: *const c_char) -> Option<std::sync::Arc<fdta
     if !b.starts_with(b"/dev/") && !b.starts_with(b"/proc/") {
         return None;
     }
-    let fd = match b {
-        b"/dev/stdin" => 0,
-        b"/dev/stdout" => 1,
-        b"/dev/stderr" => 2,
+    match b {
+        b"/dev/stdin" => Some((0, false)),
+        b"/dev/stdout" => Some((1, false)),
+        b"/dev/stderr" => Some((2, false)),
         _ => {
             let own = || {
                 let rest = b.strip_prefix(b"/proc/")?;
@@ -119,8 +145,7 @@ pub(crate) unsafe fn reopened(path: *const c_char) -> Option<std::sync::Arc<fdta
             if n.is_empty() || !n.iter().all(u8::is_ascii_digit) {
                 return None;
             }
-            std::str::from_utf8(n).ok()?.parse::<i32>().ok()?
+            Some((std::str::from_utf8(n).ok()?.parse::<c_int>().ok()?, true))
         }
-    };
-    fdtable::get(fd)
+    }
 }
