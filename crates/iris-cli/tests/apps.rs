@@ -86,6 +86,77 @@ open("/iris/seen2", "w").close()
     );
 }
 
+/// A process's record locks (fcntl F_SETLK, lockf) go at a close or dup2 over an fd of the
+/// same file, and at nothing else: not at the close of another file's description that held an
+/// OFD lock, nor in a forked child, whose unlock cannot release them and whose lock request
+/// conflicts. The same script runs on tmpfs (through the kernel) and on Iris.
+#[test]
+fn record_locks_go_with_a_close_of_their_file_only_and_stay_the_parents_after_fork() {
+    let v = Volume::new("lockkeep");
+    let script = |dir: &str| {
+        format!(
+            r#"python3 -c '
+import fcntl, os, struct, subprocess, sys
+d = "{dir}"
+probe = """
+import fcntl, os, sys
+b = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(b, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free")
+except OSError:
+    print("held")
+"""
+def state():
+    return subprocess.run([sys.executable, "-c", probe, d + "/b"], capture_output=True, text=True).stdout.strip()
+open(d + "/a", "w").write("a")
+open(d + "/b", "w").write("b")
+b = os.open(d + "/b", os.O_RDWR)
+fcntl.lockf(b, fcntl.LOCK_EX)
+a = os.open(d + "/a", os.O_RDWR)
+fcntl.fcntl(a, fcntl.F_OFD_SETLK, struct.pack("hh4xqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+os.close(a)
+print("after closing another file with an OFD lock:", state())
+pid = os.fork()
+if pid == 0:
+    try:
+        fcntl.lockf(b, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("child: granted", flush=True)
+    except OSError:
+        print("child: busy", flush=True)
+    fcntl.lockf(b, fcntl.LOCK_UN)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("after the child unlocked:", state())
+b2 = os.open(d + "/b", os.O_RDONLY)
+os.dup2(b, b2)
+print("after a dup2 over another fd of the file:", state())
+fcntl.lockf(b, fcntl.LOCK_EX)
+os.dup2(os.open("/dev/null", os.O_RDONLY), b)
+print("after a dup2 over the locked fd:", state())
+'"#
+        )
+    };
+    let host = format!("/dev/shm/iris-lockkeep-{}", std::process::id());
+    std::fs::create_dir_all(&host).expect("host dir");
+    let kernel = Command::new("sh")
+        .args(["-c", &script(&host)])
+        .output()
+        .expect("python on tmpfs");
+    let _ = std::fs::remove_dir_all(&host);
+    let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
+    assert_eq!(
+        kernel,
+        "after closing another file with an OFD lock: held\n\
+         child: busy\n\
+         after the child unlocked: held\n\
+         after a dup2 over another fd of the file: free\n\
+         after a dup2 over the locked fd: free\n",
+        "what Linux does"
+    );
+    assert_eq!(v.sh_ok(&script("/iris")), kernel);
+}
+
 #[test]
 fn python_subprocesses_leave_the_parents_iris_fds_alone() {
     // Python's subprocess forks with vfork and closes every fd above 2 in the child, and its

@@ -64,27 +64,11 @@ impl OwnFd {
     /// to a high number, close-on-exec. Where no slot or number is left, it stays where it is,
     /// unrecorded (and so unprotected); it is still the caller's through the result.
     pub fn adopt(fd: RawFd) -> Option<OwnFd> {
-        Self::adopt_at(fd, true)
-    }
-
-    /// [`OwnFd::adopt`] without the move: `fd` keeps its number. For an open of a file that
-    /// carries the process's record locks, which any close of the file drops (POSIX), the
-    /// close of the number the move leaves included.
-    pub fn adopt_in_place(fd: RawFd) -> Option<OwnFd> {
-        Self::adopt_at(fd, false)
-    }
-
-    fn adopt_at(fd: RawFd, move_high: bool) -> Option<OwnFd> {
         if fd < 0 {
             return None;
         }
         let id = identity(fd)?;
-        let fd = if move_high {
-            place_high(fd)
-        } else {
-            set_cloexec(fd);
-            fd
-        };
+        let fd = place_high(fd);
         let _g = TABLE.lock();
         // A slot that still names this number lost its descriptor unseen (a raw close): the
         // number is this one's now.

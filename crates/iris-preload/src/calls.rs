@@ -1542,6 +1542,9 @@ fn after_dup2(old: c_int, new: c_int, cloexec: bool) {
         None => fdtable::remove(new),
     };
     if let Some(p) = prev {
+        // The dup2 closed an fd of that file: the process's record locks on it go (POSIX), as
+        // at any close (even when `old` is an fd of the same file).
+        crate::locks::release_process_locks(p.ino);
         drop_file(p);
     }
 }

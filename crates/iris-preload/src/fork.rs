@@ -45,6 +45,7 @@ extern "C" fn release_child() {
         unsafe { fs.unlock_in_child() };
     }
     release();
+    crate::locks::forget_in_child();
 }
 
 /// Release what both sides release alike.

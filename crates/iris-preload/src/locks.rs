@@ -2,16 +2,23 @@
 //! threads and processes, delegated to the kernel: each Iris inode owns a window of
 //! `WINDOW_BYTES` in a per-volume lock file in /dev/shm, and a lock on bytes [s, e) of inode N is a
 //! kernel lock on [N * WINDOW + s, N * WINDOW + e) of that file. The kernel then provides
-//! conflicts, waiting, deadlock detection (EDEADLK), F_GETLK's owner pid, and release when a
-//! process dies. Classic record locks go through one open of the lock file per process (they
-//! belong to the process); OFD locks through one open per Iris description (they belong to the
-//! description, so two descriptions conflict even within one process), on the same file, so the
-//! two kinds conflict with each other as on Linux. flock locks use a second lock file with OFD
-//! locks, one kernel open file per Iris description, so they follow flock's per-description
-//! semantics and never conflict with fcntl locks (as on Linux).
+//! conflicts, waiting, and release when a process dies.
+//!
+//! Every lock in the lock file is an OFD lock (the kernel's locks that belong to an open file
+//! description). Classic record locks go through one open of the lock file per process (they
+//! belong to the process: a forked child opens its own, see [`forget_in_child`]); OFD locks
+//! through one open per Iris description (they belong to the description, so two descriptions
+//! conflict even within one process), on the same file, so the two kinds conflict with each
+//! other as on Linux. Classic kernel locks would be dropped by any close of any fd of the lock
+//! file (POSIX): the close of an Iris description's own open for OFD locks, or the move of an
+//! fd out of the program's way, dropped every record lock the process held. flock locks use a
+//! second lock file with OFD locks, one kernel open file per Iris description, so they follow
+//! flock's per-description semantics and never conflict with fcntl locks (as on Linux).
 //!
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
-//! beyond are clamped to the window's end).
+//! beyond are clamped to the window's end). F_GETLK names no owner (`l_pid` -1, as Linux does
+//! for an OFD lock), F_SETLKW does not detect deadlocks (no EDEADLK), and an exec drops the
+//! process's record locks (POSIX keeps them).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
@@ -150,7 +157,7 @@ fn remove_if_unused(path: &str) {
 }
 
 /// The process's open of the record-lock file (see [`record_fd`]): null until it is opened,
-/// then leaked for the process's life.
+/// then kept for the process's life (a forked child closes its copy, see [`forget_in_child`]).
 static RECORD: AtomicPtr<OwnFd> = AtomicPtr::new(std::ptr::null_mut());
 /// Whether the record-lock file could not be opened (not tried again).
 static NO_RECORD_FILE: AtomicBool = AtomicBool::new(false);
@@ -165,8 +172,8 @@ fn record_open() -> Option<c_int> {
     (!p.is_null()).then(|| unsafe { &*p }.raw())
 }
 
-/// The process's fd on the record-lock file (opened once, kept for the process's life; closing it
-/// would drop every record lock the process holds).
+/// The process's fd on the record-lock file (opened once, kept for the process's life: its
+/// description holds the process's record locks).
 fn record_fd() -> Option<c_int> {
     if let Some(fd) = record_open() {
         return Some(fd);
@@ -214,16 +221,10 @@ fn description_fd(file: &OpenFile, kind: &str, slot: fn(&OpenFile) -> &LockFd) -
     Some(slot(file).keep(own))
 }
 
-/// How an open of lock file `kind` is kept as Iris's own fd. The record-lock file's opens stay
-/// at their numbers: moving one closes the number it leaves, and any close of that file drops
-/// every record lock the process holds in it (POSIX), OFD opens included. The flock file
-/// carries no record locks: its opens move high, out of the program's way.
-fn own_lock_fd(kind: &str) -> fn(c_int) -> Option<OwnFd> {
-    if kind == "locks" {
-        OwnFd::adopt_in_place
-    } else {
-        OwnFd::adopt
-    }
+/// How an open of lock file `kind` is kept as Iris's own fd: moved high, out of the program's
+/// way (its locks are OFD locks, which a close of another fd of their description leaves).
+fn own_lock_fd(_kind: &str) -> fn(c_int) -> Option<OwnFd> {
+    OwnFd::adopt
 }
 
 /// A description's own open of a lock file (see [`description_fd`]), made on first use.
@@ -326,6 +327,13 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
     } else {
         record_fd()
     };
+    // A classic lock is an OFD lock on the process's own description (see the module's doc).
+    let kernel_cmd = match cmd {
+        libc::F_SETLK => libc::F_OFD_SETLK,
+        libc::F_SETLKW => libc::F_OFD_SETLKW,
+        libc::F_GETLK => libc::F_OFD_GETLK,
+        c => c,
+    };
     let Some(fd) = fd else {
         return crate::errno::fail(libc::ENOLCK);
     };
@@ -345,7 +353,7 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
     k.l_len = len;
     k.l_pid = 0;
     // SAFETY: a valid struct flock on our lock-file fd.
-    let r = unsafe { real::fcntl(fd, cmd, &mut k as *mut Flock as usize) };
+    let r = unsafe { real::fcntl(fd, kernel_cmd, &mut k as *mut Flock as usize) };
     if r == 0 && matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
         req.l_type = k.l_type;
         if k.l_type != libc::F_UNLCK as i16 {
@@ -364,10 +372,10 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
 }
 
 /// Inodes this process may hold record locks on, a bit per bucket of inode numbers (set at
-/// each lock, never cleared): the close of a file it never locked skips the unlock, a system
-/// call (and the first close no longer opens the lock file). A forked child starts with no
-/// locks but its parent's bits (a spare unlock); an exec drops every lock (the lock file's fd
-/// is close-on-exec) and the new image starts with no bits.
+/// each lock, cleared only in a forked child): the close of a file it never locked skips the
+/// unlock, a system call (and the first close no longer opens the lock file). A forked child
+/// starts with no locks and no bits; an exec drops every lock (the lock file's fd is
+/// close-on-exec) and the new image starts with no bits.
 static LOCKED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 
 fn locked_bit(ino: u64) -> (&'static AtomicU64, u64) {
@@ -399,7 +407,23 @@ pub(crate) fn release_process_locks(ino: u64) {
     k.l_start = ino as i64 * WINDOW_BYTES;
     k.l_len = WINDOW_BYTES;
     // SAFETY: unlocking a range on our lock-file fd.
-    unsafe { real::fcntl(fd, libc::F_SETLK, &mut k as *mut Flock as usize) };
+    unsafe { real::fcntl(fd, libc::F_OFD_SETLK, &mut k as *mut Flock as usize) };
+}
+
+/// In a forked child (after the fork handlers released their locks): the process's open of
+/// the record-lock file is its parent's description, which carries the parent's record locks;
+/// a child inherits none (POSIX). The child closes its copy (the parent's stays open, and the
+/// locks with it) and opens its own at its first lock.
+pub(crate) fn forget_in_child() {
+    let p = RECORD.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !p.is_null() {
+        // SAFETY: boxed in `record_fd`; the forking thread is the child's only thread and is
+        // not inside a lock call, so nothing else holds the pointer.
+        drop(unsafe { Box::from_raw(p) });
+    }
+    for word in &LOCKED {
+        word.store(0, Ordering::Relaxed);
+    }
 }
 
 /// flock on an Iris fd: an OFD lock on the description's own open of the flock file.
