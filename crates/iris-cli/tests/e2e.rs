@@ -115,7 +115,7 @@ fn native_aio_serves_iris_files_and_passes_host_files_to_the_kernel() {
     let _ = std::fs::remove_file(&host);
     assert_eq!(
         out,
-        "writes ok\nreads ok\nfdatasync ok\npreadv ok\npgetevents ok\nreaper ok\nebadf ok\n"
+        "writes ok\nreads ok\nfdatasync ok\npreadv ok\npgetevents ok\nreaper ok\nebadf ok\neinval ok\n"
     );
     v.fsck_clean();
 }

@@ -57,10 +57,15 @@ const FLAG_RESFD: u32 = 1;
 /// Completions of requests on Iris fds not yet handed out, with their contexts, oldest first.
 static DONE: Mutex<Vec<(Ctx, IoEvent)>> = Mutex::new(Vec::new());
 
+/// Contexts the kernel knew when this process submitted Iris requests to them (see
+/// [`known_context`]), until their `io_destroy`.
+static CONTEXTS: Mutex<Vec<Ctx>> = Mutex::new(Vec::new());
+
 /// Hold the queue across a fork (see `crate::fork`).
 pub(crate) fn lock_for_fork() {
     std::mem::forget(SINKS.lock());
     std::mem::forget(DONE.lock());
+    std::mem::forget(CONTEXTS.lock());
 }
 
 /// Release what [`lock_for_fork`] took; a child also forgets the queue (contexts are not
@@ -68,12 +73,34 @@ pub(crate) fn lock_for_fork() {
 pub(crate) fn unlock_after_fork(child: bool) {
     // SAFETY: only called after lock_for_fork, whose guards were forgotten.
     unsafe {
+        CONTEXTS.force_unlock();
         DONE.force_unlock();
         SINKS.force_unlock();
     }
     if child {
         DONE.lock().clear();
+        CONTEXTS.lock().clear();
     }
+}
+
+/// Whether the kernel knows context `ctx`: an empty submission to it tells (EINVAL for a
+/// context that was never set up, was destroyed, or is the parent's in a forked child), once
+/// per context. Iris requests are served before the kernel sees the context, so without this
+/// a bad context served them and reported success where the kernel refuses the call.
+unsafe fn known_context(ctx: Ctx) -> Result<(), c_int> {
+    if CONTEXTS.lock().contains(&ctx) {
+        return Ok(());
+    }
+    // SAFETY: no request is passed; the kernel only looks the context up.
+    let r = unsafe { real_io_submit(ctx, 0, std::ptr::null_mut()) };
+    if r < 0 {
+        return Err(-r);
+    }
+    let mut known = CONTEXTS.lock();
+    if !known.contains(&ctx) {
+        known.push(ctx);
+    }
+    Ok(())
 }
 
 /// The result of an Iris call that returns -1 and sets errno: the value, or -errno.
@@ -339,8 +366,8 @@ pub unsafe extern "C" fn io_submit(ctx: Ctx, nr: c_long, iocbs: *mut *mut Iocb) 
         if fdtable::get(fd).is_some() {
             // A run of requests on Iris fds, served here, up to the first the kernel would
             // refuse at submission (the submission stops there, as the kernel's does).
-            // SAFETY: the caller's request.
-            if let Err(e) = unsafe { admissible(&*cb, fd) } {
+            // SAFETY: the caller's context and request.
+            if let Err(e) = unsafe { known_context(ctx).and_then(|()| admissible(&*cb, fd)) } {
                 return if done > 0 { done as c_int } else { -e };
             }
             let mut end = done + 1;
@@ -466,6 +493,7 @@ unsafe fn get_events(
 #[no_mangle]
 pub unsafe extern "C" fn io_destroy(ctx: Ctx) -> c_int {
     DONE.lock().retain(|(c, _)| *c != ctx);
+    CONTEXTS.lock().retain(|c| *c != ctx);
     // SAFETY: forwarding.
     unsafe { real_io_destroy(ctx) }
 }

@@ -195,6 +195,16 @@ int main(int argc, char **argv) {
     if ((r = io_submit(ctx, 2, batch)) != 1) die("batch stopping at the refused request", r);
     reap(ctx, 1, BS);
     printf("ebadf ok\n");
+    /* As the kernel: a request on an Iris fd to a context that does not exist, or no longer
+     * does, is refused (EINVAL) and not carried out. */
+    memset(out[0], 'z', BS);
+    prep(&ok, PWRITE, iris, out[0], BS, 0, &ok);
+    struct iocb *op = &ok;
+    if ((r = io_submit((io_context_t)0x1000, 1, &op)) != -22) die("submit to no context", r);
     io_destroy(ctx);
+    if ((r = io_submit(ctx, 1, &op)) != -22) die("submit to a destroyed context", r);
+    char first;
+    if (pread(iris, &first, 1, 0) != 1 || first == 'z') die("refused write carried out", first);
+    printf("einval ok\n");
     return 0;
 }
