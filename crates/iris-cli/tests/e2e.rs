@@ -175,6 +175,8 @@ os.chdir(\"/iris\")
 rel = os.open(\"n\", os.O_RDONLY)
 os.unlink(\"/iris/n\")
 print(os.readlink(\"/proc/self/fd/%d\" % rel), os.stat(\"/dev/fd/%d\" % rel).st_nlink)
+t = os.open(\"/iris\", os.O_TMPFILE | os.O_RDWR, 0o600)
+print(os.readlink(\"/proc/self/fd/%d\" % t) == \"/iris/#%d (deleted)\" % os.fstat(t).st_ino)
 '",
     );
     assert_eq!(
@@ -183,7 +185,7 @@ print(os.readlink(\"/proc/self/fd/%d\" % rel), os.stat(\"/dev/fd/%d\" % rel).st_
          3893 0o444 True False /iris/n\n\
          3893 0o444 True False /iris/n\n\
          3893 0o444 True False /iris/n\n\
-         /iris/n\n/iris/n (deleted) 0\n"
+         /iris/n\n/iris/n (deleted) 0\nTrue\n"
     );
     v.fsck_clean();
 }

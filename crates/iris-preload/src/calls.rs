@@ -69,6 +69,14 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
     } else {
         None // a file opened relative to a directory fd: its path is not known here
     };
+    // An unnamed file (O_TMPFILE) is named as Linux names it: `DIR/#INO`, deleted.
+    let abs = match abs {
+        Some(mut dir) if flags & libc::O_TMPFILE == libc::O_TMPFILE => {
+            dir.extend_from_slice(format!("/#{}", inode.ino).as_bytes());
+            Some(dir)
+        }
+        abs => abs,
+    };
     install_open(fs, inode, flags, abs)
 }
 
