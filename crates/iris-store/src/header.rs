@@ -47,6 +47,10 @@ const _: () = assert!(VOLUME_ID + 8 <= crate::readers::EPOCH_OFF);
 const _: () = assert!(PENDING_HI + 8 <= crate::readers::LIMBO_OFF);
 /// Set when a partition lock's holder died and the repair (which needs every lock) is due.
 const REPAIR_NEEDED: u64 = 688;
+/// The id of the process whose thread backs the volume's next growth ahead of need now (see
+/// [`Header::grow_ahead_pid`]); 0 when none does.
+const GROW_AHEAD_PID: u64 = 696;
+const _: () = assert!(GROW_AHEAD_PID + 8 <= SHAPE_SEQ);
 /// The shape sequence: moved by every change that may move a key to another leaf (see
 /// [`Header::shape_seq`]); its own cache line.
 const SHAPE_SEQ: u64 = 1024;
@@ -527,6 +531,28 @@ impl Header {
     }
 
     /// Note (or clear) that the repair is due.
+    /// The process backing the next growth's space ahead of need now, if one is (a hint
+    /// between processes: a growth waits a while for it rather than allocate the same space
+    /// beside it, see `Allocator::grow`).
+    pub fn grow_ahead_pid(&self) -> Option<u32> {
+        let v = self
+            .region
+            .atomic_u64(self.off + GROW_AHEAD_PID)
+            .load(Ordering::Acquire);
+        u32::try_from(v).ok().filter(|p| *p != 0)
+    }
+
+    /// Note that process `pid` backs space ahead now (`running`), or that it stopped (the note
+    /// is cleared only if it is still `pid`'s).
+    pub fn note_grow_ahead(&self, pid: u32, running: bool) {
+        let w = self.region.atomic_u64(self.off + GROW_AHEAD_PID);
+        if running {
+            w.store(u64::from(pid), Ordering::Release);
+        } else {
+            let _ = w.compare_exchange(u64::from(pid), 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
     pub fn set_repair_needed(&self, on: bool) {
         self.region
             .atomic_u64(self.off + REPAIR_NEEDED)

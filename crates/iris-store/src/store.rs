@@ -486,7 +486,11 @@ impl Inner {
                 let Some(inner) = me.upgrade() else { return };
                 loop {
                     while inner.media.wants_grow_ahead() && !inner.closing.load(Ordering::Acquire) {
+                        // Other processes' growths wait for this one (see `Allocator::grow`).
+                        let me = std::process::id();
+                        inner.header.note_grow_ahead(me, true);
                         inner.media.grow_ahead();
+                        inner.header.note_grow_ahead(me, false);
                     }
                     inner.growing.store(0, Ordering::Release);
                     // A growth that asked while this thread was finishing found it running:
