@@ -562,16 +562,14 @@ impl Allocator {
     /// space ahead of need (see `Header::grow_ahead_pid`): a growth beside it allocates the
     /// same space at the same time, which on a RAM drive made its huge-page collapse fail and
     /// left the space in small pages for the commit timers to copy. (This process's own growth
-    /// ahead is waited for by the medium.) A note left by a dead process is cleared.
+    /// ahead is waited for by the medium.) A note left by a dead process is cleared, and so is
+    /// one that outlasts the wait (its process died and the number went to another).
     fn wait_for_grow_ahead(&self) {
         let me = std::process::id();
         let since = std::time::Instant::now();
         while let Some(pid) = self.header.grow_ahead_pid().filter(|p| *p != me) {
-            if !process_alive(pid) {
+            if !process_alive(pid) || since.elapsed() >= GROW_AHEAD_WAIT {
                 self.header.note_grow_ahead(pid, false);
-                return;
-            }
-            if since.elapsed() >= GROW_AHEAD_WAIT {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_micros(100));
