@@ -13,7 +13,9 @@
 //! file (POSIX): the close of an Iris description's own open for OFD locks, or the move of an
 //! fd out of the program's way, dropped every record lock the process held. flock locks use a
 //! second lock file with OFD locks, one kernel open file per Iris description, so they follow
-//! flock's per-description semantics and never conflict with fcntl locks (as on Linux).
+//! flock's per-description semantics and never conflict with fcntl locks (as on Linux). Every
+//! open of a lock file is one of Iris's own fds (see `iris_media::own_fd`), moved high, out of
+//! the program's way: moving one closes the number it leaves, which OFD locks survive.
 //!
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
 //! beyond are clamped to the window's end). F_GETLK names no owner (`l_pid` -1, as Linux does
@@ -184,7 +186,7 @@ fn record_fd() -> Option<c_int> {
     let _g = RECORD_OPEN.lock();
     if RECORD.load(Ordering::Acquire).is_null() && !NO_RECORD_FILE.load(Ordering::Acquire) {
         let _b = Busy::enter();
-        match open_lock_file("locks").and_then(own_lock_fd("locks")) {
+        match open_lock_file("locks").and_then(OwnFd::adopt) {
             Some(own) => RECORD.store(Box::into_raw(Box::new(own)), Ordering::Release),
             None => NO_RECORD_FILE.store(true, Ordering::Release),
         }
@@ -217,14 +219,8 @@ fn description_fd(file: &OpenFile, kind: &str, slot: fn(&OpenFile) -> &LockFd) -
         return Some(fd);
     }
     let _b = Busy::enter();
-    let own = open_lock_file(kind).and_then(own_lock_fd(kind))?;
+    let own = open_lock_file(kind).and_then(OwnFd::adopt)?;
     Some(slot(file).keep(own))
-}
-
-/// How an open of lock file `kind` is kept as Iris's own fd: moved high, out of the program's
-/// way (its locks are OFD locks, which a close of another fd of their description leaves).
-fn own_lock_fd(_kind: &str) -> fn(c_int) -> Option<OwnFd> {
-    OwnFd::adopt
 }
 
 /// A description's own open of a lock file (see [`description_fd`]), made on first use.
