@@ -575,6 +575,30 @@ impl Drop for Program {
 }
 
 #[test]
+fn lockf_on_iris_files_locks_as_it_does_on_tmpfs() {
+    // glibc's lockf calls fcntl inside libc: without its own interposer the kernel locked the
+    // placeholder (F_LOCK failed with EBADF).
+    let v = Volume::new("lockf");
+    let bin = Program::build("lockf", &[]);
+    let host = format!("/dev/shm/iris-lockf-host-{}", std::process::id());
+    let kernel = Command::new(&bin.0).arg(&host).output().expect("on tmpfs");
+    let _ = std::fs::remove_file(&host);
+    let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
+    assert_eq!(
+        kernel,
+        "lock all: ok\nown test: ok\n\
+         whole file: test busy, tlock busy\n\
+         far past the end: test busy, tlock busy\n\
+         unlock 4..8: ok\n\
+         bytes 4..8: test ok, tlock ok\n\
+         bytes 0..2 (negative length): test busy, tlock busy\n\
+         bad command: Invalid argument\n",
+        "what Linux does"
+    );
+    assert_eq!(v.sh_ok(&format!("{} /iris/f", bin.0)), kernel);
+}
+
+#[test]
 fn signal_handlers_that_call_into_iris_do_not_deadlock() {
     let v = Volume::new("signals");
     let bin = Program::build("signal_handlers", &[]);

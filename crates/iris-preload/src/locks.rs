@@ -422,6 +422,34 @@ pub(crate) fn forget_in_child() {
     }
 }
 
+/// lockf on an Iris fd, as glibc makes it of fcntl: a write lock of `len` bytes from the
+/// offset (to the end of the file and beyond for 0; before the offset for a negative `len`).
+pub(crate) fn lockf(file: &OpenFile, cmd: c_int, len: i64) -> c_int {
+    // SAFETY: all-zero is a valid struct flock.
+    let mut fl: Flock = unsafe { std::mem::zeroed() };
+    fl.l_whence = libc::SEEK_CUR as i16;
+    fl.l_len = len;
+    let (cmd, kind) = match cmd {
+        libc::F_ULOCK => (libc::F_SETLK, libc::F_UNLCK),
+        libc::F_LOCK => (libc::F_SETLKW, libc::F_WRLCK),
+        libc::F_TLOCK => (libc::F_SETLK, libc::F_WRLCK),
+        libc::F_TEST => {
+            fl.l_type = libc::F_RDLCK as i16;
+            if fcntl_lock(file, libc::F_GETLK, &mut fl as *mut Flock as usize) < 0 {
+                return -1;
+            }
+            // SAFETY: getpid has no preconditions.
+            if fl.l_type == libc::F_UNLCK as i16 || fl.l_pid == unsafe { libc::getpid() } {
+                return 0;
+            }
+            return crate::errno::fail(libc::EACCES);
+        }
+        _ => return crate::errno::fail(libc::EINVAL),
+    };
+    fl.l_type = kind as i16;
+    fcntl_lock(file, cmd, &mut fl as *mut Flock as usize)
+}
+
 /// flock on an Iris fd: an OFD lock on the description's own open of the flock file.
 pub(crate) fn flock(file: &OpenFile, op: c_int) -> c_int {
     if file.ino >= MAX_INO {

@@ -542,6 +542,23 @@ pub unsafe extern "C" fn flock(fd: c_int, operation: c_int) -> c_int {
     unsafe { real::flock(fd, operation) }
 }
 
+/// lockf and lockf64: glibc's make the fcntl call inside libc, which Iris would not see (the
+/// kernel then locked the placeholder: F_LOCK on an Iris fd failed with EBADF).
+macro_rules! lockf_fn {
+    ($name:ident, $real:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, len: $off) -> c_int {
+            if let Some(f) = fdtable::get(fd) {
+                return crate::locks::lockf(&f, cmd, len);
+            }
+            // SAFETY: forwarding.
+            unsafe { real::$real(fd, cmd, len) }
+        }
+    };
+}
+lockf_fn!(lockf, lockf, libc::off_t);
+lockf_fn!(lockf64, lockf64, libc::off64_t);
+
 /// closefrom (glibc 2.34): as close_range to the last fd, so the Iris fds it ends leave the
 /// table too (glibc's closefrom makes the system call itself, which Iris would not see: reads
 /// of a closed fd were served from its stale entry). Iris's own fds are stepped over.

@@ -718,6 +718,18 @@ real_fn!(
 );
 real_fn!(flock, "flock", fn(fd: c_int, op: c_int) -> c_int, -1);
 real_fn!(
+    lockf,
+    "lockf",
+    fn(fd: c_int, cmd: c_int, len: off_t) -> c_int,
+    -1
+);
+real_fn!(
+    lockf64,
+    "lockf64",
+    fn(fd: c_int, cmd: c_int, len: off64_t) -> c_int,
+    -1
+);
+real_fn!(
     close_range,
     "close_range",
     fn(a: c_uint, b: c_uint, f: c_int) -> c_int,
