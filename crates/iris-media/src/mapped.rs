@@ -392,13 +392,6 @@ impl Media for MappedMedia {
             current
         };
         if from < len_bytes {
-            if self.kind == MediaKind::Ram && from >= current {
-                // Huge pages for the new space, as the growth ahead gives its space: ~4 ms
-                // for 64 MiB against ~35 ms in small pages, which the commit timer then
-                // copied into huge pages (a store preload of 1 GiB spent a quarter of its
-                // samples in that copy).
-                self.seed_huge_pages(from, len_bytes);
-            }
             self.allocate(from, len_bytes)?;
         }
         if current < len_bytes && self.kind == MediaKind::Ram {
@@ -686,48 +679,5 @@ mod tests {
         let started = Instant::now();
         m.grow(48 * MIB).expect("grow");
         assert!(started.elapsed() < Duration::from_millis(50));
-    }
-
-    /// KiB of the mapping at `base` that this process maps with huge pages (PMD), from
-    /// /proc/self/smaps; `None` where the kernel has no transparent huge pages.
-    fn pmd_mapped_kib(base: *mut u8) -> Option<u64> {
-        if !Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
-            return None;
-        }
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let head = format!("{:x}-", base as usize);
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head)).skip(1);
-        lines
-            .by_ref()
-            .take_while(|l| !l.contains('-') || l.contains(':'))
-            .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    }
-
-    #[test]
-    fn a_growth_on_a_ram_drive_gets_huge_pages_and_reads_zero() {
-        const MIB: u64 = 1 << 20;
-        let path = Scratch(PathBuf::from(format!(
-            "/dev/shm/iris-media-growhuge-{}",
-            std::process::id()
-        )));
-        let m = MappedMedia::open(&path.0, true, LockMode::Exclusive, 256 * MIB, 4 * MIB)
-            .expect("open");
-        m.grow(68 * MIB).expect("grow");
-        assert!(!m.has_holes());
-        let (allocated, len) = allocated_and_len(&m);
-        assert!(
-            allocated >= len,
-            "holes: {allocated} of {len} bytes allocated"
-        );
-        // SAFETY (test): the whole backed length lies inside the mapping.
-        let bytes = unsafe { std::slice::from_raw_parts(m.base(), len as usize) };
-        assert!(bytes.iter().all(|&b| b == 0), "new space must read zero");
-        if let Some(kib) = pmd_mapped_kib(m.base()) {
-            assert!(
-                kib >= 64 * 1024,
-                "only {kib} KiB of 68 MiB in huge pages after the growth"
-            );
-        }
     }
 }
