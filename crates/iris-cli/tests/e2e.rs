@@ -599,6 +599,31 @@ fn lockf_on_iris_files_locks_as_it_does_on_tmpfs() {
 }
 
 #[test]
+fn readlink_answers_an_empty_or_missing_buffer_as_linux_does() {
+    let v = Volume::new("rledges");
+    let bin = Program::build("readlink_edges", &[]);
+    let host = format!("/dev/shm/iris-rledges-{}", std::process::id());
+    std::fs::create_dir_all(&host).expect("host dir");
+    let kernel = Command::new(&bin.0).arg(&host).output().expect("on tmpfs");
+    let _ = std::fs::remove_dir_all(&host);
+    let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
+    assert_eq!(
+        kernel,
+        "fd link, empty buffer: -1 Invalid argument\n\
+         fd link, no buffer: -1 Bad address\n\
+         fd link, 4 bytes: 4 /dev....\n\
+         symlink, empty buffer: -1 Invalid argument\n\
+         symlink, no buffer: -1 Bad address\n\
+         symlink, 4 bytes: 4 abcd....\n",
+        "what Linux does"
+    );
+    assert_eq!(
+        v.sh_ok(&format!("{} /iris", bin.0)),
+        kernel.replace("/dev", "/iri")
+    );
+}
+
+#[test]
 fn signal_handlers_that_call_into_iris_do_not_deadlock() {
     let v = Volume::new("signals");
     let bin = Program::build("signal_handlers", &[]);

@@ -1887,12 +1887,8 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size
         Target::Iris { start, path } => {
             let _b = Busy::enter();
             match fs_or_eio().and_then(|fs| fs.readlink(&cred(), start, &path)) {
-                Ok(t) => {
-                    let k = t.len().min(n);
-                    // SAFETY: the caller's buffer holds n >= k bytes.
-                    unsafe { slice_mut(buf.cast(), k) }.copy_from_slice(&t[..k]);
-                    k as ssize_t
-                }
+                // SAFETY: the caller's buffer of `n` bytes.
+                Ok(t) => unsafe { give_link(&t, buf, n) },
                 Err(e) => fail(e.0),
             }
         }
@@ -1921,10 +1917,26 @@ pub(crate) unsafe fn readlink_fd_link(
     // SAFETY: forwarded contract.
     let f = unsafe { crate::route::fd_link(path) }?;
     let text = fd_link_text(&f)?;
-    let k = text.len().min(n);
-    // SAFETY: the caller's buffer holds n >= k bytes.
-    unsafe { slice_mut(buf.cast(), k) }.copy_from_slice(&text[..k]);
-    Some(k as ssize_t)
+    // SAFETY: the caller's buffer of `n` bytes.
+    Some(unsafe { give_link(&text, buf, n) })
+}
+
+/// Give link text `t` as readlink(2) does: cut to the caller's buffer of `n` bytes, not
+/// terminated; EINVAL for an empty buffer, EFAULT for none.
+///
+/// # Safety
+/// `buf` is null or holds `n` writable bytes.
+pub(crate) unsafe fn give_link(t: &[u8], buf: *mut c_char, n: size_t) -> ssize_t {
+    if n == 0 {
+        return fail(libc::EINVAL);
+    }
+    if buf.is_null() {
+        return fail(libc::EFAULT);
+    }
+    let k = t.len().min(n);
+    // SAFETY: `buf` holds n >= k bytes (the caller's promise), and `t` is ours.
+    unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), k) };
+    k as ssize_t
 }
 
 /// The path an open Iris file is known by now (see [`readlink_fd_link`]).

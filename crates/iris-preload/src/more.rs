@@ -143,12 +143,8 @@ pub unsafe extern "C" fn readlinkat(
                 .ok_or(Errno::EIO)
                 .and_then(|fs| fs.readlink(&cred(), start, &path))
             {
-                Ok(t) => {
-                    let k = t.len().min(n);
-                    // SAFETY: the caller's buffer of n >= k bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast(), k) };
-                    k as ssize_t
-                }
+                // SAFETY: the caller's buffer of `n` bytes.
+                Ok(t) => unsafe { crate::calls::give_link(&t, buf, n) },
                 Err(e) => fail(e.0),
             }
         }
