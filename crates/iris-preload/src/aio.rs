@@ -88,18 +88,18 @@ pub(crate) fn unlock_after_fork(child: bool) {
 /// per context. Iris requests are served before the kernel sees the context, so without this
 /// a bad context served them and reported success where the kernel refuses the call.
 unsafe fn known_context(ctx: Ctx) -> Result<(), c_int> {
-    if CONTEXTS.lock().contains(&ctx) {
+    // Held across the question and the note, which `io_destroy` removes after the kernel's
+    // destroy: a stale context is never left noted.
+    let mut known = CONTEXTS.lock();
+    if known.contains(&ctx) {
         return Ok(());
     }
-    // SAFETY: no request is passed; the kernel only looks the context up.
+    // SAFETY: no request is passed; the kernel only looks the context up (it never blocks).
     let r = unsafe { real_io_submit(ctx, 0, std::ptr::null_mut()) };
     if r < 0 {
         return Err(-r);
     }
-    let mut known = CONTEXTS.lock();
-    if !known.contains(&ctx) {
-        known.push(ctx);
-    }
+    known.push(ctx);
     Ok(())
 }
 
@@ -493,9 +493,12 @@ unsafe fn get_events(
 #[no_mangle]
 pub unsafe extern "C" fn io_destroy(ctx: Ctx) -> c_int {
     DONE.lock().retain(|(c, _)| *c != ctx);
-    CONTEXTS.lock().retain(|c| *c != ctx);
     // SAFETY: forwarding.
-    unsafe { real_io_destroy(ctx) }
+    let r = unsafe { real_io_destroy(ctx) };
+    // Forgotten after the kernel's destroy: a question asked before it is answered yes and
+    // noted before this, one asked after is answered no (see `known_context`).
+    CONTEXTS.lock().retain(|c| *c != ctx);
+    r
 }
 
 // The kernel's calls, made directly as libaio makes them (its functions are these system
