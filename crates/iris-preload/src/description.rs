@@ -255,7 +255,6 @@ impl Desc {
         }
     }
 
-    /// The shared state.
     /// Record the absolute path the description was opened by, for the processes that
     /// inherit it (see `calls::fd_link_text`). Before its fd is handed out.
     pub fn set_path(&self, path: &[u8]) {
@@ -281,6 +280,7 @@ impl Desc {
         })
     }
 
+    /// The shared state.
     pub fn shared(&self) -> &SharedDesc {
         // SAFETY: `page` maps PAGE bytes for the Desc's life; SharedDesc is all atomics.
         unsafe { &*self.page }

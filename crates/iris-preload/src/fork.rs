@@ -3,9 +3,11 @@
 //! ever. The prepare handler takes every such lock (the opening of the volume, the Iris working
 //! directory, the shadow table, the first open of the record-lock file, the table of mappings,
 //! the file system's tables of open counts and block maps, the range lock of each open file, the
-//! table of Iris's own fds, the queue of AIO completions)
+//! table of Iris's own fds, the queue of AIO completions and the AIO contexts known)
 //! so the fork happens between operations; both sides release them after, and the child
-//! forgets the byte ranges the parent's threads held in flight. Locks in the volume's shared
+//! forgets the byte ranges the parent's threads held in flight, the AIO contexts (the
+//! kernel's are not inherited), and closes its copy of the parent's open of the record-lock
+//! file, whose locks are the parent's (see `locks::forget_in_child`). Locks in the volume's shared
 //! memory need nothing: the parent's threads live on and release them. (posix_spawn runs no
 //! handlers and needs none: its child runs only glibc's own code before exec. vfork is fork
 //! here, see [`vfork`].)

@@ -169,8 +169,9 @@ static RECORD_OPEN: Mutex<()> = Mutex::new(());
 /// The fd of the record-lock file if it is open.
 fn record_open() -> Option<c_int> {
     let p = RECORD.load(Ordering::Acquire);
-    // SAFETY: a non-null RECORD points at the OwnFd leaked in `record_fd`, which lives as long
-    // as the process.
+    // SAFETY: a non-null RECORD points at the OwnFd boxed in `record_fd`, which lives as long
+    // as the process (only `forget_in_child` frees it, in a child's only thread, outside any
+    // lock call).
     (!p.is_null()).then(|| unsafe { &*p }.raw())
 }
 

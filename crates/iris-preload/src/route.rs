@@ -131,11 +131,14 @@ unsafe fn fd_named_by(path: *const c_char) -> Option<(c_int, bool)> {
         b"/dev/stdout" => Some((1, false)),
         b"/dev/stderr" => Some((2, false)),
         _ => {
+            // `/proc/PID/fd/N` of this process (digits compared, nothing allocated).
             let own = || {
                 let rest = b.strip_prefix(b"/proc/")?;
+                let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+                let n = rest[digits..].strip_prefix(b"/fd/")?;
+                let pid: i64 = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
                 // SAFETY: getpid has no preconditions.
-                let pid = format!("{}/fd/", unsafe { libc::getpid() });
-                rest.strip_prefix(pid.as_bytes())
+                (pid == i64::from(unsafe { libc::getpid() })).then_some(n)
             };
             let n = b
                 .strip_prefix(b"/dev/fd/")

@@ -530,7 +530,6 @@ impl Header {
             != 0
     }
 
-    /// Note (or clear) that the repair is due.
     /// The process backing the next growth's space ahead of need now, if one is (a hint
     /// between processes: a growth waits a while for it rather than allocate the same space
     /// beside it, see `Allocator::grow`).
@@ -553,6 +552,7 @@ impl Header {
         }
     }
 
+    /// Note (or clear) that the repair is due.
     pub fn set_repair_needed(&self, on: bool) {
         self.region
             .atomic_u64(self.off + REPAIR_NEEDED)
