@@ -177,6 +177,14 @@ os.unlink(\"/iris/n\")
 print(os.readlink(\"/proc/self/fd/%d\" % rel), os.stat(\"/dev/fd/%d\" % rel).st_nlink)
 t = os.open(\"/iris\", os.O_TMPFILE | os.O_RDWR, 0o600)
 print(os.readlink(\"/proc/self/fd/%d\" % t) == \"/iris/#%d (deleted)\" % os.fstat(t).st_ino)
+os.makedirs(\"/iris/b/sub\")
+open(\"/iris/b/sub/f\", \"w\").write(\"x\")
+dd = os.open(\"/iris/b\", os.O_RDONLY | os.O_DIRECTORY)
+sd = os.open(\"sub\", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dd)
+ff = os.open(\"f\", os.O_RDONLY, dir_fd=sd)
+print(os.readlink(\"/proc/self/fd/%d\" % ff))
+os.fchdir(sd)
+print(os.getcwd())
 '",
     );
     assert_eq!(
@@ -185,7 +193,7 @@ print(os.readlink(\"/proc/self/fd/%d\" % t) == \"/iris/#%d (deleted)\" % os.fsta
          3893 0o444 True False /iris/n\n\
          3893 0o444 True False /iris/n\n\
          3893 0o444 True False /iris/n\n\
-         /iris/n\n/iris/n (deleted) 0\nTrue\n"
+         /iris/n\n/iris/n (deleted) 0\nTrue\n/iris/b/sub/f\n/iris/b/sub\n"
     );
     v.fsck_clean();
 }

@@ -30,8 +30,9 @@ fn umask_now() -> u32 {
     }
 }
 
-/// Open `path` in Iris and give it a placeholder fd.
-fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
+/// Open `path` in Iris (from directory inode `start`, which is `dirfd`'s, or the working
+/// directory's for AT_FDCWD, or the root's for an absolute path) and give it a placeholder fd.
+fn iris_open(dirfd: c_int, start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
     count(Call::Open);
     let _b = Busy::enter();
     let fs = match fs_or_eio() {
@@ -59,15 +60,19 @@ fn iris_open(start: u64, path: &[u8], flags: c_int, mode: mode_t) -> c_int {
         Ok(i) => i,
         Err(e) => return fail(e.0),
     };
-    let from_root = start == iris_fs::ROOT_INO && path.first() == Some(&b'/');
-    let abs = if inode.is_dir() || from_root || crate::cwd::iris_cwd() == Some(start) {
-        if from_root {
-            Some(crate::cwd::under_first_prefix(path))
-        } else {
-            crate::cwd::absolute(path)
-        }
+    let abs = if path.first() == Some(&b'/') {
+        Some(crate::cwd::under_first_prefix(path))
+    } else if dirfd == libc::AT_FDCWD {
+        crate::cwd::absolute(path)
     } else {
-        None // a file opened relative to a directory fd: its path is not known here
+        // Relative to a directory fd: from the path that directory was opened by.
+        fdtable::get(dirfd)
+            .and_then(|d| d.path.clone())
+            .and_then(|mut p| {
+                p.push(b'/');
+                p.extend_from_slice(path);
+                crate::cwd::absolute(&p)
+            })
     };
     // An unnamed file (O_TMPFILE) is named as Linux names it: `DIR/#INO`, deleted.
     let abs = match abs {
@@ -253,7 +258,9 @@ macro_rules! open_fn {
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             // SAFETY: `path` comes from the caller as for libc's open.
             match unsafe { target(path) } {
-                Target::Iris { start, path } => iris_open(start, &path, flags, mode),
+                Target::Iris { start, path } => {
+                    iris_open(libc::AT_FDCWD, start, &path, flags, mode)
+                }
                 // SAFETY: as above.
                 Target::Host => match unsafe { crate::route::reopened(path) } {
                     Some(f) => iris_reopen(&f, flags),
@@ -273,7 +280,7 @@ macro_rules! open2_fn {
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int) -> c_int {
             // SAFETY: as for open.
             match unsafe { target(path) } {
-                Target::Iris { start, path } => iris_open(start, &path, flags, 0),
+                Target::Iris { start, path } => iris_open(libc::AT_FDCWD, start, &path, flags, 0),
                 // SAFETY: as above.
                 Target::Host => match unsafe { crate::route::reopened(path) } {
                     Some(f) => iris_reopen(&f, flags),
@@ -298,7 +305,7 @@ macro_rules! openat_fn {
         ) -> c_int {
             // SAFETY: as for open.
             match unsafe { target_at(dirfd, path) } {
-                Target::Iris { start, path } => iris_open(start, &path, flags, mode),
+                Target::Iris { start, path } => iris_open(dirfd, start, &path, flags, mode),
                 // SAFETY: as above.
                 Target::Host => match unsafe { crate::route::reopened(path) } {
                     Some(f) => iris_reopen(&f, flags),
@@ -318,7 +325,7 @@ macro_rules! openat2_fn {
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
             // SAFETY: as for open.
             match unsafe { target_at(dirfd, path) } {
-                Target::Iris { start, path } => iris_open(start, &path, flags, 0),
+                Target::Iris { start, path } => iris_open(dirfd, start, &path, flags, 0),
                 // SAFETY: as above.
                 Target::Host => match unsafe { crate::route::reopened(path) } {
                     Some(f) => iris_reopen(&f, flags),
@@ -339,6 +346,7 @@ macro_rules! creat_fn {
             // SAFETY: as for open.
             match unsafe { target(path) } {
                 Target::Iris { start, path } => iris_open(
+                    libc::AT_FDCWD,
                     start,
                     &path,
                     libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
@@ -1904,8 +1912,8 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size
 /// What `readlink` of the kernel's link to an Iris fd (`/proc/self/fd/N`, `/dev/fd/N`: see
 /// `route::fd_link`) names: the path the file was opened by while that path still names it,
 /// with " (deleted)" once the file has no name left, as Linux says. `None` (the kernel answers,
-/// naming the placeholder) when that is not known: a file opened relative to a directory fd,
-/// or renamed since.
+/// naming the placeholder) when that is not known: a file opened relative to a directory fd
+/// of unknown path, or renamed since, or opened through a symlink.
 ///
 /// # Safety
 /// `path` is null or a valid C string; `buf` holds `n` bytes.

@@ -23,7 +23,7 @@ pub(crate) struct OpenFile {
     pub desc: Desc,
     /// Absolute path it was opened by (with the mount prefix), for fchdir and `readlink` of
     /// `/proc/self/fd/N` (kept in the description for processes that inherit it); unknown
-    /// for a file opened relative to a directory fd.
+    /// when opened relative to a directory fd whose own path is unknown.
     pub path: Option<Vec<u8>>,
     /// This description's open of the flock file (see `locks`), made at the first flock.
     pub flock_fd: crate::locks::LockFd,
