@@ -134,6 +134,27 @@ print("after a dup2 over another fd of the file:", state())
 fcntl.lockf(b, fcntl.LOCK_EX)
 os.dup2(os.open("/dev/null", os.O_RDONLY), b)
 print("after a dup2 over the locked fd:", state())
+fmt = "hh4xqqi4x"
+def getlk(fd):
+    got = struct.unpack(fmt, fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(fmt, fcntl.F_WRLCK, 0, 0, 0, 0)))
+    return got[0], got[4]
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    c = os.open(d + "/b", os.O_RDWR)
+    fcntl.lockf(c, fcntl.LOCK_EX)
+    os.write(w, b"x")
+    os.read(r, 1)
+    os._exit(0)
+os.read(r, 1)
+e = os.open(d + "/b", os.O_RDWR)
+kind, holder = getlk(e)
+print("F_GETLK names the holder:", kind == fcntl.F_WRLCK, holder == pid)
+os.write(w, b"x")
+os.waitpid(pid, 0)
+o = os.open(d + "/b", os.O_RDWR)
+fcntl.fcntl(o, fcntl.F_OFD_SETLK, struct.pack(fmt, fcntl.F_RDLCK, 0, 0, 0, 0))
+print("F_GETLK of an OFD lock:", getlk(e))
 '"#
         )
     };
@@ -151,7 +172,9 @@ print("after a dup2 over the locked fd:", state())
          child: busy\n\
          after the child unlocked: held\n\
          after a dup2 over another fd of the file: free\n\
-         after a dup2 over the locked fd: free\n",
+         after a dup2 over the locked fd: free\n\
+         F_GETLK names the holder: True True\n\
+         F_GETLK of an OFD lock: (0, -1)\n",
         "what Linux does"
     );
     assert_eq!(v.sh_ok(&script("/iris")), kernel);

@@ -22,6 +22,7 @@ mod fdtable;
 mod fork;
 mod hazard;
 mod inherit;
+mod lock_owners;
 mod locks;
 mod mappings;
 mod more;

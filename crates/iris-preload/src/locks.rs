@@ -17,10 +17,12 @@
 //! open of a lock file is one of Iris's own fds (see `iris_media::own_fd`), moved high, out of
 //! the program's way: moving one closes the number it leaves, which OFD locks survive.
 //!
+//! The kernel names no owner for an OFD lock: F_GETLK finds the pid of a classic holder through
+//! `lock_owners` (an OFD holder is -1, as on Linux).
+//!
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
-//! beyond are clamped to the window's end). F_GETLK names no owner (`l_pid` -1, as Linux does
-//! for an OFD lock), F_SETLKW does not detect deadlocks (no EDEADLK), and an exec drops the
-//! process's record locks (POSIX keeps them).
+//! beyond are clamped to the window's end). F_SETLKW does not detect deadlocks (no EDEADLK), and
+//! an exec drops the process's record locks (POSIX keeps them).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
@@ -41,7 +43,7 @@ const MAX_INO: u64 = 1 << 27;
 const LOCK_DIR: &str = "/dev/shm";
 const LOCK_PREFIX: &str = "iris-";
 /// The kinds of lock file: record locks and flock emulation.
-const LOCK_KINDS: [&str; 2] = ["locks", "flocks"];
+const LOCK_KINDS: [&str; 3] = ["locks", "flocks", "owners"];
 
 fn lock_file(kind: &str) -> Option<String> {
     let fs = state::fs()?;
@@ -188,7 +190,10 @@ fn record_fd() -> Option<c_int> {
     if RECORD.load(Ordering::Acquire).is_null() && !NO_RECORD_FILE.load(Ordering::Acquire) {
         let _b = Busy::enter();
         match open_lock_file("locks").and_then(OwnFd::adopt) {
-            Some(own) => RECORD.store(Box::into_raw(Box::new(own)), Ordering::Release),
+            Some(own) => {
+                crate::lock_owners::note(own.raw(), || open_lock_file("owners"));
+                RECORD.store(Box::into_raw(Box::new(own)), Ordering::Release);
+            }
             None => NO_RECORD_FILE.store(true, Ordering::Release),
         }
     }
@@ -351,6 +356,12 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
     k.l_pid = 0;
     // SAFETY: a valid struct flock on our lock-file fd.
     let r = unsafe { real::fcntl(fd, kernel_cmd, &mut k as *mut Flock as usize) };
+    if r == 0 && cmd == libc::F_GETLK && k.l_type != libc::F_UNLCK as i16 {
+        // The kernel names no owner of an OFD lock: a classic holder is found by its open.
+        k.l_pid = lock_file_ino(fd)
+            .and_then(|ino| crate::lock_owners::holder(ino, k.l_start, k.l_len))
+            .unwrap_or(-1);
+    }
     if r == 0 && matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
         req.l_type = k.l_type;
         if k.l_type != libc::F_UNLCK as i16 {
@@ -366,6 +377,14 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
         }
     }
     r
+}
+
+/// The inode number of the lock file `fd` names.
+fn lock_file_ino(fd: c_int) -> Option<u64> {
+    // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of our own fd.
+    (unsafe { real::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
 }
 
 /// Inodes this process may hold record locks on, a bit per bucket of inode numbers (set at
