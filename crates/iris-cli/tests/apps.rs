@@ -95,7 +95,7 @@ fn record_locks_go_with_a_close_of_their_file_only_and_stay_the_parents_after_fo
     let v = Volume::new("lockkeep");
     let script = |dir: &str| {
         format!(
-            r#"python3 -c '
+            r#"timeout 60 python3 -c '
 import fcntl, os, struct, subprocess, sys
 d = "{dir}"
 probe = """
@@ -138,19 +138,20 @@ fmt = "hh4xqqi4x"
 def getlk(fd):
     got = struct.unpack(fmt, fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(fmt, fcntl.F_WRLCK, 0, 0, 0, 0)))
     return got[0], got[4]
-r, w = os.pipe()
+locked_r, locked_w = os.pipe()
+done_r, done_w = os.pipe()
 pid = os.fork()
 if pid == 0:
     c = os.open(d + "/b", os.O_RDWR)
     fcntl.lockf(c, fcntl.LOCK_EX)
-    os.write(w, b"x")
-    os.read(r, 1)
+    os.write(locked_w, b"x")
+    os.read(done_r, 1)
     os._exit(0)
-os.read(r, 1)
+os.read(locked_r, 1)
 e = os.open(d + "/b", os.O_RDWR)
 kind, holder = getlk(e)
 print("F_GETLK names the holder:", kind == fcntl.F_WRLCK, holder == pid)
-os.write(w, b"x")
+os.write(done_w, b"x")
 os.waitpid(pid, 0)
 o = os.open(d + "/b", os.O_RDWR)
 fcntl.fcntl(o, fcntl.F_OFD_SETLK, struct.pack(fmt, fcntl.F_RDLCK, 0, 0, 0, 0))
