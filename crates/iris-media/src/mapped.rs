@@ -678,6 +678,6 @@ mod tests {
             .store(std::process::id() + 1, Ordering::Release);
         let started = Instant::now();
         m.grow(48 * MIB).expect("grow");
-        assert!(started.elapsed() < Duration::from_millis(50));
+        assert!(started.elapsed() < Duration::from_millis(200));
     }
 }
