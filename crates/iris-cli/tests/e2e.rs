@@ -631,6 +631,57 @@ fn readlink_answers_an_empty_or_missing_buffer_as_linux_does() {
     );
 }
 
+/// realpath(3) follows every symlink met, `..` after one included, and names an open file's
+/// link by its real path: the same script on tmpfs and on Iris must print the same.
+#[test]
+fn realpath_and_fd_links_follow_symlinks_as_on_linux() {
+    let v = Volume::new("realpath");
+    let script = |dir: &str| {
+        format!(
+            r#"python3 -c '
+import ctypes, os
+d = "{dir}"
+os.makedirs(d + "/a/b")
+open(d + "/a/b/f", "w").write("x")
+os.symlink(d + "/a/b", d + "/l")
+os.symlink("f", d + "/a/b/lf")
+os.symlink("../..", d + "/a/b/up")
+os.symlink("loop2", d + "/loop1")
+os.symlink("loop1", d + "/loop2")
+libc = ctypes.CDLL(None, use_errno=True)
+libc.realpath.restype = ctypes.c_char_p
+def rp(p):
+    buf = ctypes.create_string_buffer(4096)
+    r = libc.realpath(p.encode(), buf)
+    return r.decode().replace(d, "D") if r else "errno %d" % ctypes.get_errno()
+for p in ("/l/f", "/a/b/lf", "/l/../b/f", "/a/b/up/a", "/a/b/up/l/lf", "/l/", "/a/./b//f",
+          "/missing", "/a/b/f/x", "/loop1"):
+    print(p, rp(d + p))
+for p in ("/l/f", "/a/b/lf", "/l/../b/f"):
+    fd = os.open(d + p, os.O_RDONLY)
+    print(p, "->", os.readlink("/proc/self/fd/%d" % fd).replace(d, "D"))
+'"#
+        )
+    };
+    let host = format!("/dev/shm/iris-realpath-{}", std::process::id());
+    std::fs::create_dir_all(&host).expect("host dir");
+    let kernel = Command::new("sh")
+        .args(["-c", &script(&host)])
+        .output()
+        .expect("python on tmpfs");
+    let _ = std::fs::remove_dir_all(&host);
+    let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
+    assert_eq!(
+        kernel,
+        "/l/f D/a/b/f\n/a/b/lf D/a/b/f\n/l/../b/f D/a/b/f\n/a/b/up/a D/a\n\
+         /a/b/up/l/lf D/a/b/f\n/l/ D/a/b\n/a/./b//f D/a/b/f\n/missing errno 2\n\
+         /a/b/f/x errno 20\n/loop1 errno 40\n\
+         /l/f -> D/a/b/f\n/a/b/lf -> D/a/b/f\n/l/../b/f -> D/a/b/f\n",
+        "what Linux does"
+    );
+    assert_eq!(v.sh_ok(&script("/iris")), kernel);
+}
+
 #[test]
 fn signal_handlers_that_call_into_iris_do_not_deadlock() {
     let v = Volume::new("signals");

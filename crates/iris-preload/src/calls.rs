@@ -60,10 +60,26 @@ fn iris_open(dirfd: c_int, start: u64, path: &[u8], flags: c_int, mode: mode_t) 
         Ok(i) => i,
         Err(e) => return fail(e.0),
     };
+    // A directory's path is normalised (fchdir makes it the working directory); a file's is
+    // kept as given, `..` and all, and resolved when it is read (see `fd_link_text`): `..`
+    // after a symlink is not the component before it.
+    // (An O_TMPFILE open names the directory the file is made in.)
+    let names_dir = inode.is_dir() || flags & libc::O_TMPFILE == libc::O_TMPFILE;
+    let normal = |p: Vec<u8>| {
+        if names_dir {
+            crate::cwd::absolute(&p)
+        } else {
+            Some(p)
+        }
+    };
     let abs = if path.first() == Some(&b'/') {
-        Some(crate::cwd::under_first_prefix(path))
+        if names_dir {
+            Some(crate::cwd::under_first_prefix(path))
+        } else {
+            Some([crate::prefix::first().as_slice(), path].concat())
+        }
     } else if dirfd == libc::AT_FDCWD {
-        crate::cwd::absolute(path)
+        crate::cwd::joined(path).and_then(normal)
     } else {
         // Relative to a directory fd: from the path that directory was opened by.
         fdtable::get(dirfd)
@@ -71,7 +87,7 @@ fn iris_open(dirfd: c_int, start: u64, path: &[u8], flags: c_int, mode: mode_t) 
             .and_then(|mut p| {
                 p.push(b'/');
                 p.extend_from_slice(path);
-                crate::cwd::absolute(&p)
+                normal(p)
             })
     };
     // An unnamed file (O_TMPFILE) is named as Linux names it: `DIR/#INO`, deleted.
@@ -1910,10 +1926,10 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size
 }
 
 /// What `readlink` of the kernel's link to an Iris fd (`/proc/self/fd/N`, `/dev/fd/N`: see
-/// `route::fd_link`) names: the path the file was opened by while that path still names it,
-/// with " (deleted)" once the file has no name left, as Linux says. `None` (the kernel answers,
-/// naming the placeholder) when that is not known: a file opened relative to a directory fd
-/// of unknown path, or renamed since, or opened through a symlink.
+/// `route::fd_link`) names: the real path (symlinks followed) of the path the file was opened
+/// by, while it still names the file, with " (deleted)" once the file has no name left, as
+/// Linux says. `None` (the kernel answers, naming the placeholder) when that is not known: a
+/// file opened relative to a directory fd of unknown path, or renamed since.
 ///
 /// # Safety
 /// `path` is null or a valid C string; `buf` holds `n` bytes.
@@ -1950,18 +1966,30 @@ pub(crate) unsafe fn give_link(t: &[u8], buf: *mut c_char, n: size_t) -> ssize_t
 /// The path an open Iris file is known by now (see [`readlink_fd_link`]).
 pub(crate) fn fd_link_text(f: &OpenFile) -> Option<Vec<u8>> {
     let opened_by = f.path.as_ref()?;
+    {
+        let _b = Busy::enter();
+        let fs = state::fs()?;
+        if fs.getattr(f.ino).ok()?.nlink == 0 {
+            return Some([opened_by.as_slice(), b" (deleted)"].concat());
+        }
+    }
+    // Linux names the file by its real path (symlinks followed), which must still name it.
     let c = std::ffi::CString::new(opened_by.clone()).ok()?;
-    // (Before `Busy`, under which every path is the host's.)
+    let mut real_path = [0 as c_char; libc::PATH_MAX as usize];
+    // SAFETY: a valid C string and a PATH_MAX buffer, as realpath requires.
+    let got = unsafe { crate::more::realpath(c.as_ptr(), real_path.as_mut_ptr()) };
+    if got.is_null() {
+        return None;
+    }
+    // SAFETY: realpath wrote a NUL-terminated path into the buffer.
+    let canonical = unsafe { std::ffi::CStr::from_ptr(real_path.as_ptr()) };
     // SAFETY: a valid C string.
-    let Target::Iris { start, path } = (unsafe { target(c.as_ptr()) }) else {
+    let Target::Iris { start, path } = (unsafe { target(canonical.as_ptr()) }) else {
         return None;
     };
     let _b = Busy::enter();
     let fs = state::fs()?;
-    if fs.getattr(f.ino).ok()?.nlink == 0 {
-        return Some([opened_by.as_slice(), b" (deleted)"].concat());
-    }
-    (fs.resolve(&cred(), start, &path, false).ok()? == f.ino).then(|| opened_by.clone())
+    (fs.resolve(&cred(), start, &path, false).ok()? == f.ino).then(|| canonical.to_bytes().to_vec())
 }
 
 #[no_mangle]

@@ -253,6 +253,18 @@ pub(crate) fn under_first_prefix(path: &[u8]) -> Vec<u8> {
     }
 }
 
+/// `path` made absolute from the Iris cwd (if relative), without normalising it: for a
+/// resolution that must meet each component, `..` after a symlink included.
+pub(crate) fn joined(path: &[u8]) -> Option<Vec<u8>> {
+    if path.first() == Some(&b'/') {
+        return Some(path.to_vec());
+    }
+    let mut base = current_abs()?;
+    base.push(b'/');
+    base.extend_from_slice(path);
+    Some(base)
+}
+
 /// Absolute Iris path (with prefix) of `path` given from the Iris cwd or absolute.
 pub(crate) fn absolute(path: &[u8]) -> Option<Vec<u8>> {
     if path.first() == Some(&b'/') {

@@ -651,17 +651,33 @@ pub unsafe extern "C" fn realpath(p: *const c_char, resolved: *mut c_char) -> *m
         set(libc::EIO);
         return std::ptr::null_mut();
     };
-    // Resolve for existence (and errors), then build the canonical path lexically from the
-    // components, following symlinks by resolving each prefix.
+    // Resolve for existence (and errors), then build the canonical path from the components,
+    // following each symlink met on the way.
     if let Err(e) = fs.resolve(&cred(), start, &path, true) {
         set(e.0);
         return std::ptr::null_mut();
     }
     // SAFETY: caller's path.
     let raw = unsafe { bytes(p) };
-    let Some(abs) = crate::cwd::absolute(raw) else {
-        set(libc::ENOENT);
-        return std::ptr::null_mut();
+    let abs = match crate::cwd::joined(raw)
+        .ok_or(libc::ENOENT)
+        .and_then(|a| canonical(fs, &a))
+    {
+        Ok(Canonical::Iris(abs)) => abs,
+        Ok(Canonical::Host(abs)) => {
+            drop(_b);
+            // A symlink led out of Iris: the host resolves the rest.
+            let Ok(c) = std::ffi::CString::new(abs) else {
+                set(libc::ENOENT);
+                return std::ptr::null_mut();
+            };
+            // SAFETY: a valid C string, and the caller's buffer.
+            return unsafe { real::realpath(c.as_ptr(), resolved) };
+        }
+        Err(e) => {
+            set(e);
+            return std::ptr::null_mut();
+        }
     };
     let n = abs.len() + 1;
     if n > libc::PATH_MAX as usize {
@@ -683,6 +699,89 @@ pub unsafe extern "C" fn realpath(p: *const c_char, resolved: *mut c_char) -> *m
         *out.add(abs.len()) = 0;
         out
     }
+}
+
+/// What [`canonical`] found.
+enum Canonical {
+    /// The canonical path, under a mount prefix.
+    Iris(Vec<u8>),
+    /// A path outside Iris (a symlink led there), for the host to resolve.
+    Host(Vec<u8>),
+}
+
+/// Symlinks one resolution follows at most (Linux's limit).
+const MAX_SYMLINKS: usize = 40;
+
+/// The canonical form of absolute path `abs` as realpath(3) gives it: `.` and `..` taken
+/// away and every symlink met followed, component by component.
+fn canonical(fs: &iris_fs::Fs, abs: &[u8]) -> Result<Canonical, c_int> {
+    let parts = |p: &[u8]| -> Vec<Vec<u8>> {
+        p.split(|b| *b == b'/')
+            .filter(|c| !c.is_empty())
+            .rev()
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    // Components still to walk, the next one last.
+    let mut todo = parts(abs);
+    let mut out: Vec<u8> = Vec::new();
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_slice() {
+            b"." => continue,
+            b".." => {
+                let cut = out.iter().rposition(|b| *b == b'/').unwrap_or(0);
+                out.truncate(cut);
+                continue;
+            }
+            _ => {}
+        }
+        let mut next = out.clone();
+        next.push(b'/');
+        next.extend_from_slice(&c);
+        let Some(rel) = crate::route::strip_prefix(&next) else {
+            // Above the mount (a directory on its way) or outside Iris.
+            let mut above = false;
+            crate::prefix::for_each(|m| {
+                above |= m.len() > next.len() && m.starts_with(&next) && m[next.len()] == b'/';
+                !above
+            });
+            if above {
+                out = next;
+                continue;
+            }
+            for rest in todo.iter().rev() {
+                next.push(b'/');
+                next.extend_from_slice(rest);
+            }
+            return Ok(Canonical::Host(next));
+        };
+        let c = cred();
+        let ino = fs
+            .resolve(&c, iris_fs::ROOT_INO, &rel, false)
+            .map_err(|e| e.0)?;
+        let inode = fs.getattr(ino).map_err(|e| e.0)?;
+        if inode.is_symlink() {
+            links += 1;
+            if links > MAX_SYMLINKS {
+                return Err(libc::ELOOP);
+            }
+            let target = fs.readlink(&c, iris_fs::ROOT_INO, &rel).map_err(|e| e.0)?;
+            if target.first() == Some(&b'/') {
+                out.clear();
+            }
+            todo.extend(parts(&target));
+            continue;
+        }
+        if !todo.is_empty() && !inode.is_dir() {
+            return Err(libc::ENOTDIR);
+        }
+        out = next;
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    Ok(Canonical::Iris(out))
 }
 
 #[cfg(test)]
