@@ -51,6 +51,24 @@ impl Volume {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Run `script(dir)` with `sh -c` in a fresh tmpfs directory (the kernel's answer) and with
+    /// `/iris` through this volume, and require both to print `expected`.
+    pub fn prints_as_on_tmpfs(&self, name: &str, script: impl Fn(&str) -> String, expected: &str) {
+        let host = format!("/dev/shm/iris-{name}-host-{}", std::process::id());
+        std::fs::create_dir_all(&host).expect("host dir");
+        let kernel = Command::new("sh")
+            .args(["-c", &script(&host)])
+            .output()
+            .expect("sh on tmpfs");
+        let _ = std::fs::remove_dir_all(&host);
+        assert_eq!(
+            String::from_utf8_lossy(&kernel.stdout),
+            expected,
+            "what Linux does"
+        );
+        assert_eq!(self.sh_ok(&script("/iris")), expected);
+    }
+
     /// `iris fsck` must pass.
     pub fn fsck_clean(&self) {
         let out = Command::new(IRIS)
