@@ -5,7 +5,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{Volume, IRIS};
+use common::{HostPath, Volume, IRIS};
 
 #[test]
 fn exit_status_is_the_commands() {
@@ -110,9 +110,8 @@ fn native_aio_serves_iris_files_and_passes_host_files_to_the_kernel() {
         "native_aio",
         &["-pthread", "/usr/lib/x86_64-linux-gnu/libaio.so.1"],
     );
-    let host = format!("/dev/shm/iris-aio-host-{}", std::process::id());
-    let out = v.sh_ok(&format!("timeout 60 {} /iris/aio {host}", bin.0));
-    let _ = std::fs::remove_file(&host);
+    let host = HostPath(format!("/dev/shm/iris-aio-host-{}", std::process::id()));
+    let out = v.sh_ok(&format!("timeout 60 {} /iris/aio {}", bin.0, host.0));
     assert_eq!(
         out,
         "writes ok\nreads ok\nfdatasync ok\npreadv ok\npgetevents ok\nreaper ok\nebadf ok\neinval ok\n"
@@ -576,9 +575,11 @@ fn lockf_on_iris_files_locks_as_it_does_on_tmpfs() {
     // placeholder (F_LOCK failed with EBADF).
     let v = Volume::new("lockf");
     let bin = Program::build("lockf", &[]);
-    let host = format!("/dev/shm/iris-lockf-host-{}", std::process::id());
-    let kernel = Command::new(&bin.0).arg(&host).output().expect("on tmpfs");
-    let _ = std::fs::remove_file(&host);
+    let host = HostPath(format!("/dev/shm/iris-lockf-host-{}", std::process::id()));
+    let kernel = Command::new(&bin.0)
+        .arg(&host.0)
+        .output()
+        .expect("on tmpfs");
     let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
     assert_eq!(
         kernel,
@@ -598,10 +599,12 @@ fn lockf_on_iris_files_locks_as_it_does_on_tmpfs() {
 fn readlink_answers_an_empty_or_missing_buffer_as_linux_does() {
     let v = Volume::new("rledges");
     let bin = Program::build("readlink_edges", &[]);
-    let host = format!("/dev/shm/iris-rledges-{}", std::process::id());
-    std::fs::create_dir_all(&host).expect("host dir");
-    let kernel = Command::new(&bin.0).arg(&host).output().expect("on tmpfs");
-    let _ = std::fs::remove_dir_all(&host);
+    let host = HostPath(format!("/dev/shm/iris-rledges-{}", std::process::id()));
+    std::fs::create_dir_all(&host.0).expect("host dir");
+    let kernel = Command::new(&bin.0)
+        .arg(&host.0)
+        .output()
+        .expect("on tmpfs");
     let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
     assert_eq!(
         kernel,

@@ -54,13 +54,13 @@ impl Volume {
     /// Run `script(dir)` with `sh -c` in a fresh tmpfs directory (the kernel's answer) and with
     /// `/iris` through this volume, and require both to print `expected`.
     pub fn prints_as_on_tmpfs(&self, name: &str, script: impl Fn(&str) -> String, expected: &str) {
-        let host = format!("/dev/shm/iris-{name}-host-{}", std::process::id());
-        std::fs::create_dir_all(&host).expect("host dir");
+        let host = HostPath(format!("/dev/shm/iris-{name}-host-{}", std::process::id()));
+        std::fs::create_dir_all(&host.0).expect("host dir");
         let kernel = Command::new("sh")
-            .args(["-c", &script(&host)])
+            .args(["-c", &script(&host.0)])
             .output()
             .expect("sh on tmpfs");
-        let _ = std::fs::remove_dir_all(&host);
+        drop(host);
         assert_eq!(
             String::from_utf8_lossy(&kernel.stdout),
             expected,
@@ -95,6 +95,16 @@ impl Volume {
     }
 }
 
+/// A host path (file or directory tree) removed when dropped, also when the test fails.
+pub struct HostPath(pub String);
+
+impl Drop for HostPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 impl Drop for Volume {
     fn drop(&mut self) {
         // The interposer's per-volume lock files are named by the volume id (superblock A,
@@ -102,7 +112,7 @@ impl Drop for Volume {
         if let Ok(bytes) = std::fs::read(&self.0).map(|b| b.get(48..56).map(<[u8]>::to_vec)) {
             if let Some(id) = bytes.and_then(|b| <[u8; 8]>::try_from(b).ok()) {
                 let id = u64::from_le_bytes(id);
-                for kind in ["locks", "flocks"] {
+                for kind in ["locks", "flocks", "owners"] {
                     let _ = std::fs::remove_file(format!("/dev/shm/iris-{kind}-{id:016x}"));
                 }
                 let shadows = format!("iris-shadow-{id:016x}-");
