@@ -533,15 +533,31 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_growth_has_the_next_ones_space_backed_ahead_of_need() {
-        const MIB: u64 = 1 << 20;
+    const MIB: u64 = 1 << 20;
+
+    /// A new volume `name` in /dev/shm (a RAM drive) of `initial` bytes, mapped up to 256 MiB;
+    /// the file goes when the guard does.
+    fn ram_media(name: &str, initial: u64) -> (Scratch, MappedMedia) {
         let path = Scratch(PathBuf::from(format!(
-            "/dev/shm/iris-media-ahead-{}",
+            "/dev/shm/iris-media-{name}-{}",
             std::process::id()
         )));
-        let m = MappedMedia::open(&path.0, true, LockMode::Exclusive, 256 * MIB, 4 * MIB)
+        let m = MappedMedia::open(&path.0, true, LockMode::Exclusive, 256 * MIB, initial)
             .expect("open");
+        (path, m)
+    }
+
+    /// Lengthen `m`'s file to `len` without backing it, as a growth ahead leaves it midway.
+    fn extend_sparsely(m: &MappedMedia, len: u64) {
+        m.file("ftruncate")
+            .expect("file")
+            .set_len(len)
+            .expect("extend sparsely");
+    }
+
+    #[test]
+    fn a_growth_has_the_next_ones_space_backed_ahead_of_need() {
+        let (_path, m) = ram_media("ahead", 4 * MIB);
         // Opening grew the file to its first 4 MiB and asked for the next space ahead.
         assert!(m.wants_grow_ahead());
         m.grow_ahead();
@@ -584,14 +600,8 @@ mod tests {
 
     #[test]
     fn space_backed_ahead_with_huge_pages_has_no_holes_and_reads_zero() {
-        const MIB: u64 = 1 << 20;
-        let path = Scratch(PathBuf::from(format!(
-            "/dev/shm/iris-media-seed-{}",
-            std::process::id()
-        )));
         // A start off the 2 MiB grid, so the growth ahead has a partial first chunk.
-        let m = MappedMedia::open(&path.0, true, LockMode::Exclusive, 256 * MIB, 3 * MIB)
-            .expect("open");
+        let (_path, m) = ram_media("seed", 3 * MIB);
         m.grow_ahead();
         let (allocated, len) = allocated_and_len(&m);
         assert_eq!(len, 3 * MIB + GROW_AHEAD_BYTES);
@@ -606,19 +616,10 @@ mod tests {
 
     #[test]
     fn a_growth_fills_holes_left_under_the_files_length() {
-        const MIB: u64 = 1 << 20;
-        let path = Scratch(PathBuf::from(format!(
-            "/dev/shm/iris-media-hole-{}",
-            std::process::id()
-        )));
-        let m = MappedMedia::open(&path.0, true, LockMode::Exclusive, 256 * MIB, 4 * MIB)
-            .expect("open");
+        let (_path, m) = ram_media("hole", 4 * MIB);
         // What a growth ahead leaves when its allocation fails for want of room: the length
         // extended over space with nothing behind it.
-        m.file("ftruncate")
-            .expect("file")
-            .set_len(40 * MIB)
-            .expect("extend sparsely");
+        extend_sparsely(&m, 40 * MIB);
         assert!(m.has_holes());
         m.grow(24 * MIB).expect("grow");
         let (allocated, _) = allocated_and_len(&m);
@@ -634,19 +635,10 @@ mod tests {
 
     #[test]
     fn a_growth_waits_for_this_processs_growth_ahead_instead_of_allocating_beside_it() {
-        const MIB: u64 = 1 << 20;
-        let path = Scratch(PathBuf::from(format!(
-            "/dev/shm/iris-media-wait-{}",
-            std::process::id()
-        )));
-        let m = MappedMedia::open(&path.0, true, LockMode::Exclusive, 256 * MIB, 4 * MIB)
-            .expect("open");
+        let (_path, m) = ram_media("wait", 4 * MIB);
         // A growth ahead of [4, 40) MiB in progress in this process: the length is extended,
         // the space not yet allocated.
-        m.file("ftruncate")
-            .expect("file")
-            .set_len(40 * MIB)
-            .expect("extend sparsely");
+        extend_sparsely(&m, 40 * MIB);
         m.ahead_running.store(std::process::id(), Ordering::Release);
         let started = Instant::now();
         let finished = std::thread::scope(|s| {
@@ -670,10 +662,7 @@ mod tests {
         assert!(!m.has_holes());
         // Another process's growth ahead (the id of a parent, seen by a forked child) is not
         // waited for.
-        m.file("ftruncate")
-            .expect("file")
-            .set_len(60 * MIB)
-            .expect("extend sparsely");
+        extend_sparsely(&m, 60 * MIB);
         m.ahead_running
             .store(std::process::id() + 1, Ordering::Release);
         let started = Instant::now();
