@@ -119,6 +119,24 @@ fn native_aio_serves_iris_files_and_passes_host_files_to_the_kernel() {
     v.fsck_clean();
 }
 
+/// io_uring through libc's `syscall()`: the kernel reads requests from the ring, so without
+/// Iris a request on an Iris fd ran against its placeholder (writes EBADF, reads zeros). The
+/// same program on tmpfs and on Iris must print the same completions and bytes.
+#[test]
+fn io_uring_requests_made_through_syscall_are_served_on_iris_files() {
+    let v = Volume::new("uring");
+    let bin = Program::build("uring_syscall", &[]);
+    v.prints_as_on_tmpfs(
+        "uring",
+        |dir| format!("{} {dir}", bin.0),
+        "1 6\n2 15\n3 8\n4 0\n5 21\n6 0\n7 3\n8 3\n9 8\n\
+         read: [hello| brave new world] [] [hel] [lo ] [via pipe]\n\
+         10 Bad file descriptor\n11 Operation canceled\n12 1\n13 0\n\
+         ro after close: Bad file descriptor\nfile: 22 [hello brave new world!]\n",
+    );
+    v.fsck_clean();
+}
+
 #[test]
 fn a_program_without_iris_cannot_write_through_an_inherited_iris_fd() {
     let v = Volume::new("stray");

@@ -403,7 +403,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         }
         // One of Iris's own (the volume's, a lock file's): the program never opened it.
         None if iris_media::own_fd::is_own(fd) => return fail(libc::EBADF),
-        None => false,
+        None => {
+            crate::uring::forget(fd);
+            false
+        }
     };
     // SAFETY: closing the caller's fd (the description memfd, for an Iris fd).
     let r = unsafe { real::close(fd) };
@@ -1563,6 +1566,7 @@ fn after_dup2(old: c_int, new: c_int, cloexec: bool) {
     if old == new {
         return;
     }
+    crate::uring::forget(new);
     let src = fdtable::get(old);
     let prev = match src {
         Some(f) => {

@@ -34,6 +34,7 @@ mod shadow;
 mod signals;
 mod state;
 mod stdio;
+mod uring;
 mod xattr;
 
 pub use state::{default_volume, DEFAULT_MOUNT};

@@ -838,3 +838,17 @@ real_fn!(
     ) -> *mut c_void,
     libc::MAP_FAILED
 );
+real_fn!(
+    syscall,
+    "syscall",
+    fn(
+        n: libc::c_long,
+        a1: libc::c_long,
+        a2: libc::c_long,
+        a3: libc::c_long,
+        a4: libc::c_long,
+        a5: libc::c_long,
+        a6: libc::c_long,
+    ) -> libc::c_long,
+    -1
+);
