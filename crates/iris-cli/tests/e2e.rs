@@ -137,15 +137,68 @@ fn io_uring_requests_made_through_syscall_are_served_on_iris_files() {
     v.fsck_clean();
 }
 
+/// poll, select, epoll and ioctl on an Iris fd answer as for a regular file (the kernel sees
+/// an O_PATH placeholder, for which poll says POLLNVAL and epoll and ioctl EBADF).
 #[test]
-fn a_program_without_iris_cannot_write_through_an_inherited_iris_fd() {
+fn poll_epoll_and_ioctl_on_iris_fds_answer_as_for_a_file() {
+    let v = Volume::new("poll");
+    let script = |dir: &str| {
+        format!(
+            r#"python3 -c '
+import fcntl, os, select, struct, termios
+p = "{dir}/f"
+open(p, "w").write("hello\n")
+fd = os.open(p, os.O_RDWR)
+r, w = os.pipe()
+q = select.poll()
+q.register(fd, select.POLLIN | select.POLLOUT)
+q.register(r, select.POLLIN)
+print("poll", sorted((f == fd, e) for f, e in q.poll(1000)))
+q.unregister(fd)
+q.register(fd, 0)
+print("poll, no events", q.poll(0))
+print("select", select.select([fd, r], [fd], [], 0)[:2] == ([fd], [fd]))
+e = select.epoll()
+for op in ("register", "unregister"):
+    try:
+        getattr(e, op)(fd) if op == "unregister" else e.register(fd, select.EPOLLIN)
+        print("epoll", op, "ok")
+    except OSError as x:
+        print("epoll", op, os.strerror(x.errno))
+os.lseek(fd, 2, os.SEEK_SET)
+print("FIONREAD", struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"1234"))[0])
+print("isatty", os.isatty(fd))
+try:
+    fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+except OSError as x:
+    print("TCGETS", os.strerror(x.errno))
+fcntl.ioctl(fd, termios.FIOCLEX)
+print("FIOCLEX", fcntl.fcntl(fd, fcntl.F_GETFD))
+'"#
+        )
+    };
+    v.prints_as_on_tmpfs(
+        "poll",
+        script,
+        "poll [(True, 5)]\npoll, no events []\nselect True\n\
+         epoll register Operation not permitted\nepoll unregister Operation not permitted\n\
+         FIONREAD 4\nisatty False\nTCGETS Inappropriate ioctl for device\nFIOCLEX 1\n",
+    );
+}
+
+#[test]
+fn a_program_without_iris_can_neither_write_nor_read_through_an_inherited_iris_fd() {
     let v = Volume::new("stray");
     let bin = Program::build("stray_write", &["-static"]);
     let out = v.sh_ok(&format!(
-        "exec 3>/iris/out; echo one >&3; {}; echo two >&3; cat /iris/out",
+        "exec 3<>/iris/out; echo one >&3; {}; echo two >&3; cat /iris/out",
         bin.0
     ));
-    assert_eq!(out, "stray write: Bad file descriptor\none\ntwo\n");
+    assert_eq!(
+        out,
+        "stray write: Bad file descriptor\nstray read: Bad file descriptor\n\
+         stray pread: Bad file descriptor\none\ntwo\n"
+    );
     v.fsck_clean();
 }
 

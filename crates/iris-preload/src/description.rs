@@ -93,7 +93,7 @@ fn map_rw(fd: i32) -> Option<*mut SharedDesc> {
     Some(p.cast())
 }
 
-/// Map the description page of placeholder `fd`: read-only (see [`Desc::make`]), so through a
+/// Map the description page of placeholder `fd`: an O_PATH open (see [`Desc::make`]), so through a
 /// read-write open of the same memfd, closed again.
 fn map(fd: i32) -> Option<*mut SharedDesc> {
     if let Some(p) = map_rw(fd) {
@@ -185,16 +185,15 @@ impl Desc {
         let Some(page) = map_rw(rw) else {
             return fail(last_errno());
         };
-        // The program's fd is a read-only open of the memfd: a write on it that the
+        // The program's fd is an O_PATH open of the memfd: a read or write on it that the
         // interposer does not see (io_uring, a raw system call, a child without Iris) fails
-        // with EBADF instead of vanishing into the placeholder.
+        // with EBADF, instead of vanishing into the placeholder or reading its zeros. (poll,
+        // epoll and ioctl, which fail on it too, are answered by `readiness`.)
         let cloexec_flag = if cloexec { libc::O_CLOEXEC } else { 0 };
         // Onto the read-write fd's number, the lowest free one, as open(2) would give.
-        let read_only = reopen(rw, libc::O_RDONLY | libc::O_CLOEXEC).is_some_and(|ro| {
-            // SAFETY: replacing and closing our own fds; the mapping keeps the memfd. (At the
-            // end of the file, so that a stray read(2) finds end of file.)
+        let path_only = reopen(rw, libc::O_PATH | libc::O_CLOEXEC).is_some_and(|ro| {
+            // SAFETY: replacing and closing our own fds; the mapping keeps the memfd.
             unsafe {
-                real::lseek(ro, 0, libc::SEEK_END);
                 let moved = real::dup3(ro, rw, cloexec_flag) == rw;
                 real::close(ro);
                 moved
@@ -202,7 +201,7 @@ impl Desc {
         });
         // (Without /proc, the read-write fd serves, inheritable if asked.)
         // SAFETY: F_SETFD on our own fd changes no memory.
-        if !read_only && !cloexec && unsafe { real::fcntl(rw, libc::F_SETFD, 0) } != 0 {
+        if !path_only && !cloexec && unsafe { real::fcntl(rw, libc::F_SETFD, 0) } != 0 {
             let e = last_errno();
             // SAFETY: unmapping the page mapped above, used by nothing yet.
             unsafe { real::munmap(page.cast(), PAGE) };

@@ -27,6 +27,7 @@ mod locks;
 mod mappings;
 mod more;
 mod prefix;
+mod readiness;
 mod real;
 mod report;
 mod route;

@@ -852,3 +852,32 @@ real_fn!(
     ) -> libc::c_long,
     -1
 );
+real_fn!(
+    real_poll,
+    "poll",
+    fn(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    real_ppoll,
+    "ppoll",
+    fn(
+        fds: *mut libc::pollfd,
+        n: libc::nfds_t,
+        t: *const libc::timespec,
+        mask: *const libc::sigset_t,
+    ) -> c_int,
+    -1
+);
+real_fn!(
+    real_epoll_ctl,
+    "epoll_ctl",
+    fn(ep: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int,
+    -1
+);
+real_fn!(
+    real_ioctl,
+    "ioctl",
+    fn(fd: c_int, req: libc::c_ulong, arg: *mut c_void) -> c_int,
+    -1
+);
