@@ -3,7 +3,7 @@
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || { echo "cargo is required (rustup)"; exit 1; }
 need=()
-for pair in sqlite3:sqlite3 fio:fio git:git python3:python3 gzip:gzip tar:tar redis-server:redis-server redis-benchmark:redis-tools db_bench:rocksdb-tools mkfs.xfs:xfsprogs mkfs.ext4:e2fsprogs losetup:mount; do
+for pair in sqlite3:sqlite3 fio:fio git:git python3:python3 gzip:gzip tar:tar redis-server:redis-server redis-benchmark:redis-tools db_bench:rocksdb-tools mkfs.xfs:xfsprogs mkfs.ext4:e2fsprogs losetup:mount rsync:rsync; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done

@@ -304,6 +304,41 @@ fn shell_and_coreutils() {
     );
 }
 
+/// A relative path from a host directory that leads into the mount prefix (`iris/f` from `/`,
+/// `../iris/f` from its neighbour, one component at a time from an fd of `/`, as rsync walks
+/// to its destination) names the Iris file, as it names the tmpfs file on Linux.
+#[test]
+fn relative_paths_from_host_directories_into_the_prefix_reach_iris() {
+    let v = Volume::new("hostrel");
+    let script = |dir: &str| {
+        format!(
+            r#"d={dir}; up=$(dirname $d); me=$(basename $d)
+mkdir -p $d/src/sub && echo one > $d/src/sub/f && echo two > $d/g
+(cd $up && cat $me/g && cat ./$me/src/../g)
+(cd / && cat ${{d#/}}/g)
+(mkdir -p $up/iris-hostrel-nb-$$ && cd $up/iris-hostrel-nb-$$ && cat ../$me/g; rmdir $up/iris-hostrel-nb-$$)
+python3 -c '
+import os, sys
+up, me = sys.argv[1], sys.argv[2]
+fd = os.open(up, os.O_PATH | os.O_DIRECTORY)
+print(os.stat(me, dir_fd=fd, follow_symlinks=False).st_mode & 0o170000 == 0o040000)
+sub = os.open(me + "/src", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+print(sorted(os.listdir(sub)))
+os.mkdir(me + "/made", dir_fd=fd)
+print(os.path.isdir(up + "/" + me + "/made"))
+' $up $me
+rsync -a $d/src/ $d/dst/ && cat $d/dst/sub/f
+"#
+        )
+    };
+    v.prints_as_on_tmpfs(
+        "hostrel",
+        script,
+        "two\ntwo\ntwo\ntwo\nTrue\n['sub']\nTrue\none\n",
+    );
+    v.fsck_clean();
+}
+
 #[test]
 fn tar_round_trip() {
     let v = Volume::new("tar");

@@ -53,7 +53,7 @@ fn is_normal(path: &[u8]) -> bool {
 }
 
 /// Lexically normalise an absolute path ("." and ".." removed).
-fn normalize(path: &[u8]) -> Vec<u8> {
+pub(crate) fn normalize(path: &[u8]) -> Vec<u8> {
     if is_normal(path) {
         return path.to_vec(); // the common case, without the pieces
     }

@@ -39,6 +39,29 @@ pub(crate) fn strip_prefix(bytes: &[u8]) -> Option<Vec<u8>> {
     })
 }
 
+/// Absolute `path` without repeated slashes and `.` components (`//iris/./f` is `/iris/f`,
+/// as Linux resolves it), if it has any; None when it is tidy already (no allocation then).
+fn tidy(path: &[u8]) -> Option<Vec<u8>> {
+    let untidy = path.windows(2).any(|w| w == b"//")
+        || path.windows(3).any(|w| w == b"/./")
+        || path.ends_with(b"/.");
+    if !untidy {
+        return None;
+    }
+    let mut out = Vec::with_capacity(path.len());
+    for c in path
+        .split(|b| *b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+    {
+        out.push(b'/');
+        out.extend_from_slice(c);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    Some(out)
+}
+
 /// Classify `path` given relative to `dirfd` (AT_FDCWD for the working directory).
 ///
 /// # Safety
@@ -50,7 +73,7 @@ pub(crate) unsafe fn target_at(dirfd: i32, path: *const c_char) -> Target {
     // SAFETY: caller guarantees a valid C string.
     let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
     if bytes.first() == Some(&b'/') {
-        return match strip_prefix(bytes) {
+        return match strip_prefix(bytes).or_else(|| strip_prefix(&tidy(bytes)?)) {
             Some(rel) => Target::Iris {
                 start: ROOT_INO,
                 path: rel,
@@ -73,7 +96,69 @@ pub(crate) unsafe fn target_at(dirfd: i32, path: *const c_char) -> Target {
             };
         }
     }
-    Target::Host
+    match through_host_dir(dirfd, bytes) {
+        Some(rel) => Target::Iris {
+            start: ROOT_INO,
+            path: rel,
+        },
+        None => Target::Host,
+    }
+}
+
+/// The path under the Iris root that relative `path` names from host directory `dirfd`
+/// (AT_FDCWD: the working directory), if it leads into a mount prefix: `iris/f` from `/`,
+/// `../iris/f` from `/tmp` (rsync walks to its destination so, one component at a time from
+/// an fd of `/`). The directory's path is looked up only for a path that may lead there.
+fn through_host_dir(dirfd: i32, path: &[u8]) -> Option<Vec<u8>> {
+    if !may_reach_prefix(path) {
+        return None;
+    }
+    let mut joined = host_dir_path(dirfd)?;
+    joined.push(b'/');
+    joined.extend_from_slice(path);
+    strip_prefix(&crate::cwd::normalize(&joined))
+}
+
+/// Whether relative `path` may lead from a host directory into a mount prefix: its first
+/// component (past any `.`) is `..` or a component of a prefix. No allocation, no system call.
+fn may_reach_prefix(path: &[u8]) -> bool {
+    let Some(first) = path
+        .split(|b| *b == b'/')
+        .find(|c| !c.is_empty() && *c != b".")
+    else {
+        return false;
+    };
+    if first == b".." {
+        return true;
+    }
+    let mut hit = false;
+    crate::prefix::for_each(|p| {
+        hit = p.split(|b| *b == b'/').any(|c| c == first);
+        !hit
+    });
+    hit
+}
+
+/// The absolute path of host directory `dirfd` (AT_FDCWD: the working directory).
+fn host_dir_path(dirfd: i32) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    let n = if dirfd == libc::AT_FDCWD {
+        // SAFETY: a buffer of buf.len() bytes; libc's own getcwd.
+        let p = unsafe { crate::real::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+        if p.is_null() {
+            return None;
+        }
+        buf.iter().position(|&b| b == 0)?
+    } else {
+        let link = format!("/proc/self/fd/{dirfd}\0");
+        // SAFETY: a NUL-terminated path and a buffer of buf.len() bytes; libc's own readlink.
+        let n = unsafe {
+            crate::real::readlink(link.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len())
+        };
+        usize::try_from(n).ok().filter(|&n| n < buf.len())?
+    };
+    buf.truncate(n);
+    (buf.first() == Some(&b'/')).then_some(buf)
 }
 
 /// Classify an absolute or cwd-relative path.
@@ -150,5 +235,31 @@ unsafe fn fd_named_by(path: *const c_char) -> Option<(c_int, bool)> {
             }
             Some((std::str::from_utf8(n).ok()?.parse::<c_int>().ok()?, true))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{may_reach_prefix, tidy};
+
+    #[test]
+    fn tidy_drops_repeated_slashes_and_dot_components_only() {
+        assert_eq!(tidy(b"/iris/f"), None);
+        assert_eq!(tidy(b"//iris/f").as_deref(), Some(&b"/iris/f"[..]));
+        assert_eq!(tidy(b"/./iris//./f/.").as_deref(), Some(&b"/iris/f"[..]));
+        assert_eq!(tidy(b"//").as_deref(), Some(&b"/"[..]));
+        // `..` is left to the resolver (a host symlink before it would change its meaning).
+        assert_eq!(tidy(b"/a/../iris"), None);
+    }
+
+    #[test]
+    fn only_paths_starting_with_dot_dot_or_a_prefix_component_may_reach_the_prefix() {
+        // The default prefix, /iris (IRIS_MOUNT is not set for unit tests).
+        assert!(may_reach_prefix(b"iris/f"));
+        assert!(may_reach_prefix(b"./iris"));
+        assert!(may_reach_prefix(b"../x"));
+        assert!(!may_reach_prefix(b"irisx/f"));
+        assert!(!may_reach_prefix(b"src/iris"));
+        assert!(!may_reach_prefix(b"."));
     }
 }
