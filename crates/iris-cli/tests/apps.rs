@@ -86,6 +86,78 @@ open("/iris/seen2", "w").close()
     );
 }
 
+/// Locks follow what owns them across exec and across processes: a shell's `exec 9>f; flock 9`
+/// (flock(1) is a child that takes the lock on the shell's description and exits) leaves the
+/// lock with the shell until `flock -u 9`; a program that takes a flock, OFD or record lock and
+/// then execs keeps it, and the new image can release it. The same script on tmpfs and Iris.
+#[test]
+fn locks_stay_with_their_description_or_process_across_exec_and_child_exits() {
+    let v = Volume::new("lockexec");
+    let script = |dir: &str| {
+        format!(
+            r#"d={dir}
+exec 9>$d/a
+flock -n 9 && echo "shell holds a"
+flock -n $d/a -c true && echo "a taken twice" || echo "a busy"
+flock -u 9
+flock -n $d/a -c 'echo "a free after flock -u 9"'
+exec 9>&-
+timeout 60 python3 - $d <<'PY'
+import fcntl, os, struct, subprocess, sys
+d = sys.argv[1]
+CHILD = """
+import fcntl, os, struct, sys
+fd, kind = int(sys.argv[1]), sys.argv[2]
+print("ready", flush=True); sys.stdin.readline()
+if kind == "flock": fcntl.flock(fd, fcntl.LOCK_UN)
+elif kind == "ofd": fcntl.fcntl(fd, 37, struct.pack("hhqqi", fcntl.F_UNLCK, 0, 0, 0, 0))
+else: fcntl.lockf(fd, fcntl.LOCK_UN)
+print("unlocked", flush=True); sys.stdin.readline()
+"""
+HOLDER = """
+import fcntl, os, struct, sys
+path, kind, child = sys.argv[1], sys.argv[2], sys.argv[3]
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+if kind == "flock": fcntl.flock(fd, fcntl.LOCK_EX)
+elif kind == "ofd": fcntl.fcntl(fd, 37, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+else: fcntl.lockf(fd, fcntl.LOCK_EX)
+os.set_inheritable(fd, True)
+os.execv(sys.executable, [sys.executable, "-c", child, str(fd), kind])
+"""
+def busy(path, kind):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if kind == "flock": fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return "free"
+    except OSError:
+        return "busy"
+    finally:
+        os.close(fd)
+for kind in ("flock", "ofd", "posix"):
+    path = d + "/" + kind
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, path, kind, CHILD],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p.stdout.readline()
+    before = busy(path, kind)
+    p.stdin.write("\n"); p.stdin.flush(); p.stdout.readline()
+    after = busy(path, kind)
+    p.stdin.write("\n"); p.stdin.flush(); p.wait()
+    print(kind, "after exec:", before, "then after the new image's unlock:", after)
+PY
+"#
+        )
+    };
+    v.prints_as_on_tmpfs(
+        "lockexec",
+        script,
+        "shell holds a\na busy\na free after flock -u 9\n\
+         flock after exec: busy then after the new image's unlock: free\n\
+         ofd after exec: busy then after the new image's unlock: free\n\
+         posix after exec: busy then after the new image's unlock: free\n",
+    );
+}
+
 /// A process's record locks (fcntl F_SETLK, lockf) go at a close or dup2 over an fd of the
 /// same file, and at nothing else: not at the close of another file's description that held an
 /// OFD lock, nor in a forked child, whose unlock cannot release them and whose lock request

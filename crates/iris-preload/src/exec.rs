@@ -46,7 +46,10 @@ pub(crate) fn capture() {
 ///
 /// # Safety
 /// `envp` NULL or a NULL-terminated array of C strings.
-unsafe fn patched_env(envp: *const *const c_char) -> (Vec<CString>, Vec<*const c_char>) {
+unsafe fn patched_env(
+    envp: *const *const c_char,
+    extra: &[CString],
+) -> (Vec<CString>, Vec<*const c_char>) {
     let mut owned: Vec<CString> = Vec::new();
     let mut have: Vec<Vec<u8>> = Vec::new();
     if !envp.is_null() {
@@ -59,7 +62,10 @@ unsafe fn patched_env(envp: *const *const c_char) -> (Vec<CString>, Vec<*const c
             }
             // SAFETY: a C string of the array.
             let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
-            have.push(bytes.to_vec());
+            // (Lock fds an earlier image passed: this exec names its own.)
+            if !crate::locks::is_passed_entry(bytes) {
+                have.push(bytes.to_vec());
+            }
             i += 1;
         }
     }
@@ -82,6 +88,7 @@ unsafe fn patched_env(envp: *const *const c_char) -> (Vec<CString>, Vec<*const c
             Some(_) => {}
         }
     }
+    have.extend(extra.iter().map(|e| e.as_bytes().to_vec()));
     for h in have {
         if let Ok(c) = CString::new(h) {
             owned.push(c);
@@ -107,10 +114,15 @@ pub unsafe extern "C" fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    // POSIX keeps record locks across exec, and the descriptions with their locks.
+    let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp) };
+    let (_keep, env) = unsafe { patched_env(envp, &passed.env) };
     // SAFETY: forwarding with the patched environment.
-    unsafe { real::execve(path, argv, env.as_ptr()) }
+    let r = unsafe { real::execve(path, argv, env.as_ptr()) };
+    // (Only when the exec failed.)
+    passed.restore();
+    r
 }
 
 #[no_mangle]
@@ -125,10 +137,15 @@ pub unsafe extern "C" fn execvpe(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    // POSIX keeps record locks across exec, and the descriptions with their locks.
+    let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp) };
+    let (_keep, env) = unsafe { patched_env(envp, &passed.env) };
     // SAFETY: forwarding with the patched environment.
-    unsafe { real::execvpe(file, argv, env.as_ptr()) }
+    let r = unsafe { real::execvpe(file, argv, env.as_ptr()) };
+    // (Only when the exec failed.)
+    passed.restore();
+    r
 }
 
 #[no_mangle]
@@ -147,10 +164,15 @@ pub unsafe extern "C" fn fexecve(
         // The fd is a description memfd, not the program: executing Iris files is not served.
         return fail(libc::ENOEXEC);
     }
+    // POSIX keeps record locks across exec, and the descriptions with their locks.
+    let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp) };
+    let (_keep, env) = unsafe { patched_env(envp, &passed.env) };
     // SAFETY: forwarding with the patched environment.
-    unsafe { real::fexecve(fd, argv, env.as_ptr()) }
+    let r = unsafe { real::fexecve(fd, argv, env.as_ptr()) };
+    // (Only when the exec failed.)
+    passed.restore();
+    r
 }
 
 #[no_mangle]
@@ -162,12 +184,17 @@ pub unsafe extern "C" fn posix_spawn(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    // The child shares the inheritable descriptions: their locks too (not the process's).
+    crate::locks::share_before_fork(true);
+    let passed = crate::locks::pass_across_exec(false);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp.cast()) };
+    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env) };
     // Its file actions may give the child an inheritable copy of any fd.
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
-    unsafe { real::posix_spawn(pid, path, actions, attr, argv, env.as_ptr().cast()) }
+    let r = unsafe { real::posix_spawn(pid, path, actions, attr, argv, env.as_ptr().cast()) };
+    passed.restore();
+    r
 }
 
 #[no_mangle]
@@ -179,10 +206,15 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    // The child shares the inheritable descriptions: their locks too (not the process's).
+    crate::locks::share_before_fork(true);
+    let passed = crate::locks::pass_across_exec(false);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp.cast()) };
+    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env) };
     // Its file actions may give the child an inheritable copy of any fd.
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
-    unsafe { real::posix_spawnp(pid, file, actions, attr, argv, env.as_ptr().cast()) }
+    let r = unsafe { real::posix_spawnp(pid, file, actions, attr, argv, env.as_ptr().cast()) };
+    passed.restore();
+    r
 }

@@ -93,9 +93,26 @@ pub(crate) fn is_iris(fd: i32) -> bool {
     slot(fd).is_some_and(|s| !s.load(Ordering::Acquire).is_null())
 }
 
+/// One past the highest fd ever installed: where [`each`] stops looking.
+static TOP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Call `f` with every Iris fd and its open file (an fd installed or removed meanwhile by
+/// another thread may be seen or not).
+pub(crate) fn each(mut f: impl FnMut(i32, &Arc<OpenFile>)) {
+    let top = TOP.load(Ordering::Acquire).min(MAX_FDS);
+    for fd in 0..top as i32 {
+        if is_iris(fd) {
+            if let Some(file) = get(fd) {
+                f(fd, &file);
+            }
+        }
+    }
+}
+
 /// Make `fd` refer to `file`. Returns the description it replaced, if any.
 pub(crate) fn install(fd: i32, file: Arc<OpenFile>) -> Option<Arc<OpenFile>> {
     let s = slot(fd)?;
+    TOP.fetch_max(fd as usize + 1, Ordering::AcqRel);
     let old = s.swap(Arc::into_raw(file) as *mut OpenFile, Ordering::SeqCst);
     (!old.is_null()).then(|| crate::hazard::retire(old))
 }

@@ -15,6 +15,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 extern "C" fn prepare() {
+    // Before any lock below is taken (it opens lock files): the child shares every
+    // description's locks (see `locks::share_before_fork`).
+    crate::locks::share_before_fork(false);
     // Before the child exists: no description made so far is reused from here on.
     crate::description::note_fork();
     crate::state::lock_for_fork();

@@ -37,12 +37,25 @@ extern "C" fn on_load() {
             found.push(fd);
         }
     }
-    if found.is_empty() {
+    let mut passed = crate::locks::Inherited::take();
+    if found.is_empty() && passed.is_empty() {
         return;
     }
     let Some(fs) = state::fs() else { return };
     let volume_id = fs.store().volume_id();
+    // One open file per description: fds of one description (dup'd before the exec) share it,
+    // and its locks with it.
+    let mut adopted: Vec<(u64, Arc<OpenFile>)> = Vec::new();
     for fd in found {
+        let memfd = crate::locks::memfd_ino(fd);
+        if let Some(file) = adopted
+            .iter()
+            .find(|(m, _)| Some(*m) == memfd)
+            .map(|(_, f)| f.clone())
+        {
+            fdtable::install(fd, file);
+            continue;
+        }
         let Some(desc) = Desc::adopt(fd, volume_id) else {
             continue;
         };
@@ -50,20 +63,23 @@ extern "C" fn on_load() {
         let ino = s.ino.load(std::sync::atomic::Ordering::Relaxed);
         let is_dir = s.is_dir.load(std::sync::atomic::Ordering::Relaxed) != 0;
         let path = desc.path();
+        let (flock_fd, ofd_fd) = passed.for_description(fd);
         fs.retain(ino);
-        fdtable::install(
-            fd,
-            Arc::new(OpenFile {
-                ino,
-                cache: fs.file_cache(ino),
-                is_dir,
-                desc,
-                path,
-                flock_fd: crate::locks::LockFd::new(),
-                ofd_fd: crate::locks::LockFd::new(),
-            }),
-        );
+        let file = Arc::new(OpenFile {
+            ino,
+            cache: fs.file_cache(ino),
+            is_dir,
+            desc,
+            path,
+            flock_fd,
+            ofd_fd,
+        });
+        if let Some(m) = memfd {
+            adopted.push((m, file.clone()));
+        }
+        fdtable::install(fd, file);
     }
+    passed.finish();
     drop(_b);
     for fd in 0..3 {
         crate::stdio::sync_std_stream(fd);

@@ -20,9 +20,18 @@
 //! The kernel names no owner for an OFD lock: F_GETLK finds the pid of a classic holder through
 //! `lock_owners` (an OFD holder is -1, as on Linux).
 //!
+//! Across processes and exec: a description's opens of the lock files are made at the latest
+//! when the description is about to be shared (a fork, a spawn: [`share_before_fork`]), so
+//! every process holding the description holds them too and its OFD and flock locks outlive
+//! the process that took them while the description lives. An exec passes them, and the
+//! process's own record-lock open, to the new image ([`pass_across_exec`], read back by
+//! [`Inherited`] at start-up): POSIX keeps record locks across exec.
+//!
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
-//! beyond are clamped to the window's end). F_SETLKW does not detect deadlocks (no EDEADLK), and
-//! an exec drops the process's record locks (POSIX keeps them).
+//! beyond are clamped to the window's end). F_SETLKW does not detect deadlocks (no EDEADLK).
+//! A description passed by SCM_RIGHTS, or inherited through `system()`/`popen()` (glibc spawns
+//! those without fork handlers), comes without its lock-file opens: locks taken through it
+//! are that process's description's own.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
@@ -390,8 +399,8 @@ fn lock_file_ino(fd: c_int) -> Option<u64> {
 /// Inodes this process may hold record locks on, a bit per bucket of inode numbers (set at
 /// each lock, cleared only in a forked child): the close of a file it never locked skips the
 /// unlock, a system call (and the first close no longer opens the lock file). A forked child
-/// starts with no locks and no bits; an exec drops every lock (the lock file's fd is
-/// close-on-exec) and the new image starts with no bits.
+/// starts with no locks and no bits; a new image after an exec that passed the process's
+/// record-lock open sets every bit (see [`Inherited::finish`]).
 static LOCKED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 
 fn locked_bit(ino: u64) -> (&'static AtomicU64, u64) {
@@ -506,4 +515,222 @@ pub(crate) fn flock(file: &OpenFile, op: c_int) -> c_int {
         }
     }
     r
+}
+
+/// Whether `fd` is close-on-exec (or not open).
+fn cloexec(fd: c_int) -> bool {
+    // SAFETY: F_GETFD changes nothing.
+    let f = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+    f < 0 || f & libc::FD_CLOEXEC != 0
+}
+
+/// The inode number of the file `fd` names (a description's memfd: its identity across
+/// processes and fd numbers).
+pub(crate) fn memfd_ino(fd: c_int) -> Option<u64> {
+    lock_file_ino(fd)
+}
+
+/// Before a fork (or a spawn: `only_inheritable`, the fds the child gets): every description
+/// gets its opens of the lock files now if it has none, so the child shares them and a lock
+/// either takes belongs to the one description, as on Linux. In a shell, `exec 9>f; flock 9`
+/// runs flock(1) as a child that takes the lock and exits: the lock must stay with the shell's
+/// description, not go with the child's own open of the lock file. Once per description: a
+/// description that has its opens costs nothing at later forks.
+pub(crate) fn share_before_fork(only_inheritable: bool) {
+    if state::fs_if_open().is_none() {
+        return;
+    }
+    crate::fdtable::each(|fd, file| {
+        if only_inheritable && cloexec(fd) {
+            return;
+        }
+        let _ = description_fd(file, "flocks", |f| &f.flock_fd);
+        let _ = description_fd(file, "locks", |f| &f.ofd_fd);
+    });
+}
+
+/// Environment entry naming, for each inherited description (by its memfd's inode number),
+/// its opens of the flock and record-lock files: "INO:FLOCK_FD:OFD_FD,..." (-1 for none).
+const LOCK_FDS_ENV: &str = "IRIS_LOCK_FDS";
+/// Environment entry naming the process's open of the record-lock file (its classic locks).
+const RECORD_FD_ENV: &str = "IRIS_RECORD_FD";
+
+/// Lock-file fds made inheritable for an exec, and the environment entries that name them to
+/// the new image; [`Passed::restore`] makes them close-on-exec again if the exec fails.
+pub(crate) struct Passed {
+    fds: Vec<c_int>,
+    /// `NAME=value` entries for the new image's environment.
+    pub env: Vec<std::ffi::CString>,
+}
+
+impl Passed {
+    /// The exec failed (or the spawn is done): the fds are close-on-exec again.
+    pub(crate) fn restore(&self) {
+        for &fd in &self.fds {
+            // SAFETY: F_SETFD on our own fd changes no memory.
+            unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
+        }
+    }
+}
+
+/// Before an exec (`record`: the process stays, and its classic locks with it) or a spawn
+/// (a new process: only the descriptions' locks): the lock-file opens of every description
+/// the new image inherits, and the process's record-lock open for an exec, made inheritable
+/// and named in the environment (POSIX keeps record locks across exec, and OFD and flock locks
+/// belong to descriptions, which an exec keeps).
+pub(crate) fn pass_across_exec(record: bool) -> Passed {
+    let mut fds = Vec::new();
+    let mut env = Vec::new();
+    if state::fs_if_open().is_none() {
+        return Passed { fds, env };
+    }
+    let mut entries = String::new();
+    let mut seen = Vec::new();
+    let pass = |fd: Option<c_int>, fds: &mut Vec<c_int>| -> c_int {
+        match fd {
+            // SAFETY: F_SETFD on our own fd changes no memory.
+            Some(fd) if unsafe { real::fcntl(fd, libc::F_SETFD, 0) } == 0 => {
+                fds.push(fd);
+                fd
+            }
+            _ => -1,
+        }
+    };
+    crate::fdtable::each(|fd, file| {
+        let (fl, of) = (file.flock_fd.get(), file.ofd_fd.get());
+        if (fl.is_none() && of.is_none()) || cloexec(fd) {
+            return;
+        }
+        let Some(ino) = memfd_ino(fd) else { return };
+        if seen.contains(&ino) {
+            return;
+        }
+        seen.push(ino);
+        let (fl, of) = (pass(fl, &mut fds), pass(of, &mut fds));
+        entries.push_str(&format!("{ino}:{fl}:{of},"));
+    });
+    if !entries.is_empty() {
+        env.extend(std::ffi::CString::new(format!("{LOCK_FDS_ENV}={entries}")).ok());
+    }
+    if record {
+        if let Some(r) = record_open() {
+            let r = pass(Some(r), &mut fds);
+            if r >= 0 {
+                env.extend(std::ffi::CString::new(format!("{RECORD_FD_ENV}={r}")).ok());
+            }
+        }
+    }
+    Passed { fds, env }
+}
+
+/// Whether environment entry `entry` (`NAME=value`) is one [`pass_across_exec`] makes (an
+/// exec replaces any inherited one with its own).
+pub(crate) fn is_passed_entry(entry: &[u8]) -> bool {
+    [LOCK_FDS_ENV, RECORD_FD_ENV]
+        .iter()
+        .any(|n| entry.starts_with(n.as_bytes()) && entry.get(n.len()) == Some(&b'='))
+}
+
+/// What the image before an exec passed (see [`pass_across_exec`]), read once at start-up
+/// and taken out of the environment.
+pub(crate) struct Inherited {
+    /// (memfd inode, flock-file fd, record-lock-file fd) per description.
+    descriptions: Vec<(u64, c_int, c_int)>,
+    record: Option<c_int>,
+}
+
+impl Inherited {
+    /// Read and remove the environment entries (at start-up, before any other thread runs).
+    pub(crate) fn take() -> Inherited {
+        let var = |name: &str| {
+            let v = std::env::var(name).ok();
+            if v.is_some() {
+                let c = std::ffi::CString::new(name).unwrap_or_default();
+                // SAFETY: a NUL-terminated name; start-up runs before other threads exist.
+                unsafe { libc::unsetenv(c.as_ptr()) };
+            }
+            v
+        };
+        let descriptions = var(LOCK_FDS_ENV)
+            .map(|v| {
+                v.split(',')
+                    .filter_map(|e| {
+                        let mut it = e.split(':');
+                        Some((
+                            it.next()?.parse().ok()?,
+                            it.next()?.parse().ok()?,
+                            it.next()?.parse().ok()?,
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let record = var(RECORD_FD_ENV).and_then(|v| v.parse().ok());
+        Inherited {
+            descriptions,
+            record,
+        }
+    }
+
+    /// Whether anything was passed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.descriptions.is_empty() && self.record.is_none()
+    }
+
+    /// The lock-file opens passed for the description whose memfd fd is `desc_fd`, as own fds
+    /// (each checked to be this volume's lock file of its kind).
+    pub(crate) fn for_description(&mut self, desc_fd: c_int) -> (LockFd, LockFd) {
+        let (flock, ofd) = (LockFd::new(), LockFd::new());
+        let Some(ino) = memfd_ino(desc_fd) else {
+            return (flock, ofd);
+        };
+        if let Some(i) = self.descriptions.iter().position(|d| d.0 == ino) {
+            let (_, fl, of) = self.descriptions.swap_remove(i);
+            if let Some(own) = checked_lock_fd(fl, "flocks") {
+                flock.keep(own);
+            }
+            if let Some(own) = checked_lock_fd(of, "locks") {
+                ofd.keep(own);
+            }
+        }
+        (flock, ofd)
+    }
+
+    /// Adopt the record-lock open (its locks are this process's: every inode may be locked),
+    /// and close the opens of descriptions that did not come through (their locks go, as
+    /// the descriptions did).
+    pub(crate) fn finish(self) {
+        if let Some(own) = self.record.and_then(|fd| checked_lock_fd(fd, "locks")) {
+            let fd = own.raw();
+            let _g = RECORD_OPEN.lock();
+            let old = RECORD.swap(Box::into_raw(Box::new(own)), Ordering::AcqRel);
+            if !old.is_null() {
+                // SAFETY: boxed by `record_fd` or here; nothing else runs at start-up.
+                drop(unsafe { Box::from_raw(old) });
+            }
+            crate::lock_owners::note(fd, || open_lock_file("owners"));
+            for word in &LOCKED {
+                word.store(u64::MAX, Ordering::SeqCst);
+            }
+        }
+        for (_, fl, of) in self.descriptions {
+            drop(checked_lock_fd(fl, "flocks"));
+            drop(checked_lock_fd(of, "locks"));
+        }
+    }
+}
+
+/// `fd` as an own fd if it is an open of this volume's lock file `kind`.
+fn checked_lock_fd(fd: c_int, kind: &str) -> Option<OwnFd> {
+    if fd < 0 {
+        return None;
+    }
+    let path = lock_file(kind)?;
+    // SAFETY: all-zero is a valid struct stat, which stat fills.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live struct.
+    if unsafe { real::stat(path.as_ptr().cast(), &mut st) } != 0 {
+        return None;
+    }
+    (lock_file_ino(fd)? == st.st_ino).then(|| OwnFd::adopt(fd))?
 }
