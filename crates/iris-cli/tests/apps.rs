@@ -86,6 +86,48 @@ open("/iris/seen2", "w").close()
     );
 }
 
+/// F_SETLKW that would wait for ever fails with EDEADLK, as Linux's does: a child holds byte 1
+/// and asks for byte 0, which its parent holds while it waits for byte 1. The same script on
+/// tmpfs and Iris (where, before, both waited until the timeout).
+#[test]
+fn a_record_lock_wait_that_would_never_end_fails_with_edeadlk() {
+    let v = Volume::new("deadlock");
+    let script = |dir: &str| {
+        format!(
+            r#"timeout 30 python3 - {dir} <<'PY'
+import fcntl, os, sys, time
+p = sys.argv[1] + "/dl"
+open(p, "w").write("xx")
+r1, w1 = os.pipe(); r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    fd = os.open(p, os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX, 1, 1)
+    os.write(w1, b"1"); os.read(r2, 1); time.sleep(1)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+        print("child got byte 0 (deadlock not seen)", flush=True)
+    except OSError as e:
+        print("child:", os.strerror(e.errno), flush=True)
+    os._exit(0)
+fd = os.open(p, os.O_RDWR)
+os.read(r1, 1)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+os.write(w2, b"1")
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, 1)
+print("parent got byte 1 once the child was gone", flush=True)
+os.waitpid(pid, 0)
+PY
+"#
+        )
+    };
+    v.prints_as_on_tmpfs(
+        "deadlock",
+        script,
+        "child: Resource deadlock avoided\nparent got byte 1 once the child was gone\n",
+    );
+}
+
 /// Locks follow what owns them across exec and across processes: a shell's `exec 9>f; flock 9`
 /// (flock(1) is a child that takes the lock on the shell's description and exits) leaves the
 /// lock with the shell until `flock -u 9`; a program that takes a flock, OFD or record lock and

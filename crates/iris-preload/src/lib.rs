@@ -11,6 +11,7 @@ mod aio;
 mod aliases;
 mod calls;
 mod cwd;
+mod deadlock;
 mod desc_pool;
 mod description;
 mod dirstream;

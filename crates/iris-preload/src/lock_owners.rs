@@ -59,25 +59,7 @@ pub(crate) fn note(record_fd: c_int, open: impl FnOnce() -> Option<c_int>) {
 /// The process holding, through its noted open, the lock `[start, start + len)` (`len` 0: to
 /// the end) of the record-lock file `ino` (as F_OFD_GETLK reported it), if one is listed.
 pub(crate) fn holder(ino: u64, start: i64, len: i64) -> Option<libc::pid_t> {
-    let fd = list_fd()?;
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        // SAFETY: reading into our own buffer from our own fd.
-        let n = unsafe {
-            real::pread(
-                fd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                bytes.len() as libc::off_t,
-            )
-        };
-        let Ok(n) = usize::try_from(n) else { break };
-        if n == 0 {
-            break;
-        }
-        bytes.extend_from_slice(&buf[..n]);
-    }
+    let bytes = read_all(list_fd()?);
     let end = if len == 0 {
         "EOF".to_string()
     } else {
@@ -107,6 +89,29 @@ pub(crate) fn holder(ino: u64, start: i64, len: i64) -> Option<libc::pid_t> {
     None
 }
 
+/// The whole list.
+fn read_all(fd: c_int) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        // SAFETY: reading into our own buffer from our own fd.
+        let n = unsafe {
+            real::pread(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                bytes.len() as libc::off_t,
+            )
+        };
+        let Ok(n) = usize::try_from(n) else { break };
+        if n == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    bytes
+}
+
 /// Whether `/proc/PID/fdinfo/FD` lists a lock of file `ino` from `start` to `end` (as the
 /// kernel prints them: inclusive, or EOF).
 fn holds(pid: libc::pid_t, fd: c_int, ino: u64, start: &str, end: &str) -> bool {
@@ -127,4 +132,29 @@ fn holds(pid: libc::pid_t, fd: c_int, ino: u64, start: &str, end: &str) -> bool 
                 && f[f.len() - 2] == start
                 && f[f.len() - 1] == end
         })
+}
+
+/// Whether listed process `pid` holds, through its noted open, the lock `[start, start + len)`
+/// (`len` 0: to the end) of the record-lock file `ino`.
+pub(crate) fn holds_lock(pid: libc::pid_t, ino: u64, start: i64, len: i64) -> bool {
+    let Some(fd) = list_fd() else { return false };
+    let bytes = read_all(fd);
+    let end = if len == 0 {
+        "EOF".to_string()
+    } else {
+        (start + len - 1).to_string()
+    };
+    let start = start.to_string();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .rev()
+        .filter_map(|line| {
+            let mut f = line.split_ascii_whitespace();
+            Some((
+                f.next()?.parse::<libc::pid_t>().ok()?,
+                f.next()?.parse::<c_int>().ok()?,
+            ))
+        })
+        .find(|&(p, _)| p == pid)
+        .is_some_and(|(p, lfd)| holds(p, lfd, ino, &start, &end))
 }

@@ -28,7 +28,8 @@
 //! [`Inherited`] at start-up): POSIX keeps record locks across exec.
 //!
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
-//! beyond are clamped to the window's end). F_SETLKW does not detect deadlocks (no EDEADLK).
+//! beyond are clamped to the window's end). F_SETLKW detects deadlocks between classic locks
+//! through `deadlock` (EDEADLK).
 //! A description passed by SCM_RIGHTS, or inherited through `system()`/`popen()` (glibc spawns
 //! those without fork handlers), comes without its lock-file opens: locks taken through it
 //! are that process's description's own.
@@ -52,7 +53,7 @@ const MAX_INO: u64 = 1 << 27;
 const LOCK_DIR: &str = "/dev/shm";
 const LOCK_PREFIX: &str = "iris-";
 /// The kinds of lock file: record locks and flock emulation.
-const LOCK_KINDS: [&str; 3] = ["locks", "flocks", "owners"];
+const LOCK_KINDS: [&str; 4] = ["locks", "flocks", "owners", "waits"];
 
 fn lock_file(kind: &str) -> Option<String> {
     let fs = state::fs()?;
@@ -201,6 +202,7 @@ fn record_fd() -> Option<c_int> {
         match open_lock_file("locks").and_then(OwnFd::adopt) {
             Some(own) => {
                 crate::lock_owners::note(own.raw(), || open_lock_file("owners"));
+                crate::deadlock::clear_stale(|| open_lock_file("waits"));
                 RECORD.store(Box::into_raw(Box::new(own)), Ordering::Release);
             }
             None => NO_RECORD_FILE.store(true, Ordering::Release),
@@ -363,6 +365,9 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
     k.l_start = start;
     k.l_len = len;
     k.l_pid = 0;
+    if cmd == libc::F_SETLKW && k.l_type != libc::F_UNLCK as i16 {
+        return wait_for_record_lock(fd, &mut k);
+    }
     // SAFETY: a valid struct flock on our lock-file fd.
     let r = unsafe { real::fcntl(fd, kernel_cmd, &mut k as *mut Flock as usize) };
     if r == 0 && cmd == libc::F_GETLK && k.l_type != libc::F_UNLCK as i16 {
@@ -385,6 +390,31 @@ pub(crate) fn fcntl_lock(file: &OpenFile, cmd: c_int, arg: usize) -> c_int {
             req.l_pid = k.l_pid;
         }
     }
+    r
+}
+
+/// A classic F_SETLKW of `k` on the process's record-lock open `fd`: taken at once if free;
+/// else EDEADLK if waiting would never end (see `deadlock`), else waited for.
+fn wait_for_record_lock(fd: c_int, k: &mut Flock) -> c_int {
+    // SAFETY: a valid struct flock on our lock-file fd.
+    if unsafe { real::fcntl(fd, libc::F_OFD_SETLK, std::ptr::from_mut(k) as usize) } == 0 {
+        return 0;
+    }
+    let e = crate::errno::get();
+    if e != libc::EAGAIN && e != libc::EACCES {
+        return -1;
+    }
+    let Some(ino) = lock_file_ino(fd) else {
+        return -1;
+    };
+    if crate::deadlock::before_wait(fd, ino, k, || open_lock_file("waits")) {
+        return crate::errno::fail(libc::EDEADLK);
+    }
+    // SAFETY: as above.
+    let r = unsafe { real::fcntl(fd, libc::F_OFD_SETLKW, std::ptr::from_mut(k) as usize) };
+    let e = crate::errno::get();
+    crate::deadlock::after_wait();
+    crate::errno::set(e);
     r
 }
 
