@@ -131,7 +131,8 @@ fn io_uring_requests_made_through_syscall_are_served_on_iris_files() {
         |dir| format!("{} {dir}", bin.0),
         "1 6\n2 15\n3 8\n4 0\n5 21\n6 0\n7 3\n8 3\n9 8\n\
          read: [hello| brave new world] [] [hel] [lo ] [via pipe]\n\
-         10 Bad file descriptor\n11 Operation canceled\n12 1\n13 0\n\
+         10 Bad file descriptor\n11 Operation canceled\n\
+         14 0\n15 Operation canceled\n16 Bad file descriptor\n17 4\n12 1\n13 0\n\
          ro after close: Bad file descriptor\nfile: 22 [hello brave new world!]\n",
     );
     v.fsck_clean();
@@ -174,6 +175,16 @@ except OSError as x:
     print("TCGETS", os.strerror(x.errno))
 fcntl.ioctl(fd, termios.FIOCLEX)
 print("FIOCLEX", fcntl.fcntl(fd, fcntl.F_GETFD))
+fcntl.ioctl(fd, termios.FIONBIO, struct.pack("i", 1))
+print("FIONBIO", fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK != 0)
+print("FIOQSIZE", struct.unpack("q", fcntl.ioctl(fd, 0x5460, bytes(8)))[0])
+for name, cmd, arg in [("GETOWN", 9, 0), ("GETSIG", 11, 0), ("GETLEASE", 1025, 0), ("GET_SEALS", 1034, 0), ("ADD_SEALS", 1033, 1)]:
+    try:
+        print(name, fcntl.fcntl(fd, cmd, arg))
+    except OSError as x:
+        print(name, os.strerror(x.errno))
+import ctypes
+print("readahead", ctypes.CDLL(None, use_errno=True).readahead(fd, ctypes.c_long(0), ctypes.c_size_t(4096)))
 '"#
         )
     };
@@ -182,7 +193,9 @@ print("FIOCLEX", fcntl.fcntl(fd, fcntl.F_GETFD))
         script,
         "poll [(True, 5)]\npoll, no events []\nselect True\n\
          epoll register Operation not permitted\nepoll unregister Operation not permitted\n\
-         FIONREAD 4\nisatty False\nTCGETS Inappropriate ioctl for device\nFIOCLEX 1\n",
+         FIONREAD 4\nisatty False\nTCGETS Inappropriate ioctl for device\nFIOCLEX 1\n\
+         FIONBIO True\nFIOQSIZE 4096\nGETOWN 0\nGETSIG 0\nGETLEASE 2\nGET_SEALS 1\n\
+         ADD_SEALS Operation not permitted\nreadahead 0\n",
     );
 }
 
@@ -328,13 +341,16 @@ os.mkdir(me + "/made", dir_fd=fd)
 print(os.path.isdir(up + "/" + me + "/made"))
 ' $up $me
 rsync -a $d/src/ $d/dst/ && cat $d/dst/sub/f
+ln -s src/sub $d/l && echo three > $d/src/g2
+(cd $up && cat $me/l/../g2)
+cat /$d/g/ 2>/dev/null || echo "g/ is not a directory"
 "#
         )
     };
     v.prints_as_on_tmpfs(
         "hostrel",
         script,
-        "two\ntwo\ntwo\ntwo\nTrue\n['sub']\nTrue\none\n",
+        "two\ntwo\ntwo\ntwo\nTrue\n['sub']\nTrue\none\nthree\ng/ is not a directory\n",
     );
     v.fsck_clean();
 }

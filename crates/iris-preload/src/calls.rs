@@ -155,6 +155,7 @@ fn install_open(fs: &Fs, inode: Inode, flags: c_int, abs: Option<Vec<u8>>) -> c_
         path: abs,
         flock_fd: crate::locks::LockFd::new(),
         ofd_fd: crate::locks::LockFd::new(),
+        _count: fdtable::OpenCount(inode.ino),
     });
     fdtable::install(fd, file);
     fd
@@ -232,29 +233,13 @@ fn file_size(fs: &Fs, ino: u64) -> Result<u64, Errno> {
     }
 }
 
-/// Drop one reference to a description; the last one releases the inode (and its flock).
-fn drop_file(file: Arc<OpenFile>) {
-    if Arc::strong_count(&file) == 1 {
-        release_description(&file);
-    }
-}
-
-/// What the last reference to an open file lets go of: its flock and OFD locks (its own
-/// lock-file fds) and its open count.
-fn release_description(file: &OpenFile) {
-    // Closing the description's own lock-file fds drops its flock and OFD locks.
+/// The last reference to an open file, whose last fd `fd` is being closed: its locks go, the
+/// description is retired through `fd` (see `Desc::retire`), and the inode's open count as
+/// the rest drops (see `fdtable::OpenCount`).
+fn retire_last(file: OpenFile, fd: c_int) {
+    // Its locks go before the description can be reused; the inode when `file` drops.
     file.flock_fd.close();
     file.ofd_fd.close();
-    if let Some(fs) = state::fs() {
-        let _b = Busy::enter();
-        let _ = fs.release(file.ino);
-    }
-}
-
-/// [`drop_file`] for the last reference to an open file, whose last fd `fd` is being closed:
-/// as `drop_file`, then the description is retired through `fd` (see `Desc::retire`).
-fn retire_last(file: OpenFile, fd: c_int) {
-    release_description(&file);
     file.desc.retire(fd);
 }
 
@@ -397,7 +382,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
                 // Its last fd, and no call in flight holds it: the description may be kept
                 // for reuse (before `fd` is closed below).
                 Ok(last) => retire_last(last, fd),
-                Err(file) => drop_file(file),
+                Err(file) => drop(file),
             }
             true
         }
@@ -1508,7 +1493,7 @@ fn fcntl_iris(fd: c_int, file: Arc<OpenFile>, cmd: c_int, arg: usize) -> c_int {
                     file.desc.note_inheritable();
                 }
                 if let Some(prev) = fdtable::install(new, file) {
-                    drop_file(prev);
+                    drop(prev);
                 }
             }
             new
@@ -1526,10 +1511,51 @@ fn fcntl_iris(fd: c_int, file: Arc<OpenFile>, cmd: c_int, arg: usize) -> c_int {
             // SAFETY: fd flags (close-on-exec) live on the placeholder.
             unsafe { real::fcntl(fd, cmd, arg) }
         }
+        // What Linux answers for a file on tmpfs (the placeholder, an O_PATH fd, refuses
+        // them): no owner or signal for I/O events, no lease to take, only the seal that
+        // forbids seals, no write-life hint.
+        libc::F_GETOWN | libc::F_SETOWN | F_GETSIG | F_SETSIG | F_SETOWN_EX => 0,
+        F_GETOWN_EX => {
+            if arg == 0 {
+                return fail(libc::EFAULT);
+            }
+            // SAFETY: F_GETOWN_EX passes a struct f_owner_ex (two ints) to fill.
+            unsafe { (arg as *mut [c_int; 2]).write_unaligned([0, 0]) };
+            0
+        }
+        libc::F_GETLEASE => libc::F_UNLCK,
+        libc::F_SETLEASE => fail(libc::EAGAIN),
+        libc::F_NOTIFY if arg == 0 => 0,
+        libc::F_NOTIFY => fail(if file.is_dir {
+            libc::EINVAL
+        } else {
+            libc::ENOTDIR
+        }),
+        libc::F_GET_SEALS => libc::F_SEAL_SEAL,
+        libc::F_ADD_SEALS => fail(libc::EPERM),
+        F_GET_RW_HINT | F_SET_RW_HINT => {
+            if arg == 0 {
+                return fail(libc::EFAULT);
+            }
+            if cmd == F_GET_RW_HINT {
+                // SAFETY: F_GET_RW_HINT passes a u64 to fill.
+                unsafe { (arg as *mut u64).write_unaligned(0) };
+            }
+            0
+        }
         // SAFETY: fd flags (close-on-exec) and the rest live on the placeholder.
         _ => unsafe { real::fcntl(fd, cmd, arg) },
     }
 }
+
+/// fcntl commands for the signal and owner of I/O events (asm-generic/fcntl.h).
+const F_SETSIG: c_int = 10;
+const F_GETSIG: c_int = 11;
+const F_SETOWN_EX: c_int = 15;
+const F_GETOWN_EX: c_int = 16;
+/// fcntl commands for a file's write-life hint (linux/fcntl.h).
+const F_GET_RW_HINT: c_int = 1035;
+const F_SET_RW_HINT: c_int = 1036;
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
@@ -1581,7 +1607,7 @@ fn after_dup2(old: c_int, new: c_int, cloexec: bool) {
         // The dup2 closed an fd of that file: the process's record locks on it go (POSIX), as
         // at any close (even when `old` is an fd of the same file).
         crate::locks::release_process_locks(p.ino);
-        drop_file(p);
+        drop(p);
     }
 }
 

@@ -22,12 +22,16 @@ static CWD: Mutex<Option<(u64, Vec<u8>)>> = Mutex::new(None);
 /// Hold the Iris working directory across a fork (see `crate::fork`).
 pub(crate) fn lock_for_fork() {
     std::mem::forget(CWD.lock());
+    std::mem::forget(HOST_CWD.lock());
 }
 
 /// Release what [`lock_for_fork`] took (parent and child after the fork).
 pub(crate) fn unlock_after_fork() {
     // SAFETY: only called after lock_for_fork, whose guard was forgotten.
-    unsafe { CWD.force_unlock() };
+    unsafe {
+        HOST_CWD.force_unlock();
+        CWD.force_unlock();
+    }
 }
 static IN_IRIS: AtomicBool = AtomicBool::new(false);
 
@@ -89,6 +93,29 @@ fn enter(ino: u64, abs: Vec<u8>) -> c_int {
 fn leave() {
     IN_IRIS.store(false, Ordering::Release);
     *CWD.lock() = None;
+    *HOST_CWD.lock() = None;
+}
+
+/// The host working directory's path as getcwd last gave it (None: not asked since the last
+/// chdir), for relative paths that climb out of it (see `route::through_host_dir`).
+static HOST_CWD: Mutex<Option<Vec<u8>>> = Mutex::new(None);
+
+/// Call `f` with the host working directory's path (asked once per chdir).
+pub(crate) fn with_host_cwd<R>(f: impl FnOnce(&[u8]) -> Option<R>) -> Option<R> {
+    // (Signals wait: a handler's path call would find the lock held by its own thread.)
+    let _b = Busy::enter();
+    let mut g = HOST_CWD.lock();
+    if g.is_none() {
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: a buffer of buf.len() bytes; libc's own getcwd.
+        let p = unsafe { real::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+        if p.is_null() {
+            return None;
+        }
+        buf.truncate(buf.iter().position(|&b| b == 0)?);
+        *g = Some(buf);
+    }
+    g.as_deref().and_then(f)
 }
 
 /// chdir into an Iris directory at `start`/`path`, whose absolute form is `abs`.

@@ -185,7 +185,7 @@ pub unsafe extern "C" fn posix_spawn(
     envp: *const *mut c_char,
 ) -> c_int {
     // The child shares the inheritable descriptions: their locks too (not the process's).
-    crate::locks::share_before_fork(true);
+    crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);
     // SAFETY: the caller's environment array.
     let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env) };
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn posix_spawnp(
     envp: *const *mut c_char,
 ) -> c_int {
     // The child shares the inheritable descriptions: their locks too (not the process's).
-    crate::locks::share_before_fork(true);
+    crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);
     // SAFETY: the caller's environment array.
     let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env) };

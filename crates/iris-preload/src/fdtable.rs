@@ -30,6 +30,23 @@ pub(crate) struct OpenFile {
     /// This description's open of the record-lock file for OFD locks (see `locks`), made at
     /// the first one: OFD locks belong to the description, not the process.
     pub ofd_fd: crate::locks::LockFd,
+    /// Its inode's open count, released with it.
+    pub _count: OpenCount,
+}
+
+/// An open file's hold on its inode's open count, given back when the open file's last
+/// reference drops: whichever thread drops it, also a call that was still in flight when the
+/// last fd closed (before, such a race skipped the release, and an unlinked file kept its
+/// space until the process ended). (The lock-file fds close as their own fields drop.)
+pub(crate) struct OpenCount(pub u64);
+
+impl Drop for OpenCount {
+    fn drop(&mut self) {
+        if let Some(fs) = crate::state::fs_if_open() {
+            let _b = crate::state::Busy::enter();
+            let _ = fs.release(self.0);
+        }
+    }
 }
 
 impl OpenFile {

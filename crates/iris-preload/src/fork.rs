@@ -15,9 +15,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 extern "C" fn prepare() {
-    // Before any lock below is taken (it opens lock files): the child shares every
-    // description's locks (see `locks::share_before_fork`).
-    crate::locks::share_before_fork(false);
     // Before the child exists: no description made so far is reused from here on.
     crate::description::note_fork();
     crate::state::lock_for_fork();
@@ -30,6 +27,7 @@ extern "C" fn prepare() {
     }
     iris_media::own_fd::lock_for_fork();
     crate::aio::lock_for_fork();
+    crate::uring::lock_for_fork();
 }
 
 extern "C" fn release_parent() {
@@ -55,12 +53,23 @@ extern "C" fn release_child() {
 
 /// Release what both sides release alike.
 fn release() {
+    crate::uring::unlock_after_fork();
     iris_media::own_fd::unlock_after_fork();
     crate::mappings::unlock_after_fork();
     crate::locks::unlock_after_fork();
     crate::shadow::unlock_after_fork();
     crate::cwd::unlock_after_fork();
     crate::state::unlock_after_fork();
+}
+
+/// fork: first, outside the handlers (which run while allocators hold their locks), every
+/// inheritable description gets its lock-file opens, so the child shares them (see
+/// `locks::share_before_fork`).
+#[no_mangle]
+pub extern "C" fn fork() -> libc::pid_t {
+    crate::locks::share_before_fork();
+    // SAFETY: glibc's fork, which runs the handlers above.
+    unsafe { crate::real::fork() }
 }
 
 /// vfork is fork here. A vfork child shares its parent's memory until it execs, and what it
@@ -70,8 +79,7 @@ fn release() {
 /// Iris stdout. POSIX lets vfork behave as fork, and fork's handlers keep Iris's state right.
 #[no_mangle]
 pub extern "C" fn vfork() -> libc::pid_t {
-    // SAFETY: glibc's fork (Iris does not interpose it), which runs the handlers above.
-    unsafe { libc::fork() }
+    fork()
 }
 
 /// Register the handlers (once per process; a child inherits them). Not with a `Once`:

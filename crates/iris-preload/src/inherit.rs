@@ -14,7 +14,10 @@ extern "C" fn on_load() {
     crate::exec::capture();
     crate::report::init();
     crate::cwd::adopt_pwd();
+    // Lock fds an exec passed (taken out of the environment whatever happens next).
+    let mut passed = crate::locks::Inherited::take();
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        passed.abandon();
         return;
     };
     let mut found = Vec::new();
@@ -37,11 +40,13 @@ extern "C" fn on_load() {
             found.push(fd);
         }
     }
-    let mut passed = crate::locks::Inherited::take();
     if found.is_empty() && passed.is_empty() {
         return;
     }
-    let Some(fs) = state::fs() else { return };
+    let Some(fs) = state::fs() else {
+        passed.abandon();
+        return;
+    };
     let volume_id = fs.store().volume_id();
     // One open file per description: fds of one description (dup'd before the exec) share it,
     // and its locks with it.
@@ -73,6 +78,7 @@ extern "C" fn on_load() {
             path,
             flock_fd,
             ofd_fd,
+            _count: fdtable::OpenCount(ino),
         });
         if let Some(m) = memfd {
             adopted.push((m, file.clone()));

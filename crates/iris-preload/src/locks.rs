@@ -560,18 +560,20 @@ pub(crate) fn memfd_ino(fd: c_int) -> Option<u64> {
     lock_file_ino(fd)
 }
 
-/// Before a fork (or a spawn: `only_inheritable`, the fds the child gets): every description
-/// gets its opens of the lock files now if it has none, so the child shares them and a lock
-/// either takes belongs to the one description, as on Linux. In a shell, `exec 9>f; flock 9`
-/// runs flock(1) as a child that takes the lock and exits: the lock must stay with the shell's
-/// description, not go with the child's own open of the lock file. Once per description: a
-/// description that has its opens costs nothing at later forks.
-pub(crate) fn share_before_fork(only_inheritable: bool) {
+/// Before a fork or a spawn: every description with an inheritable fd (one without
+/// close-on-exec: what an exec'd child keeps) gets its opens of the lock files now if it has
+/// none, so the child shares them and a lock either takes belongs to the one description, as
+/// on Linux. In a shell, `exec 9>f; flock 9` runs flock(1) as a child that takes the lock and
+/// exits: the lock must stay with the shell's description, not go with the child's own open
+/// of the lock file. Once per description: one that has its opens costs nothing at later
+/// forks. (A close-on-exec description gets none: a forked child that locks it without
+/// exec'ing holds its own lock, which goes when the child does.)
+pub(crate) fn share_before_fork() {
     if state::fs_if_open().is_none() {
         return;
     }
     crate::fdtable::each(|fd, file| {
-        if only_inheritable && cloexec(fd) {
+        if (file.flock_fd.get().is_some() && file.ofd_fd.get().is_some()) || cloexec(fd) {
             return;
         }
         let _ = description_fd(file, "flocks", |f| &f.flock_fd);
@@ -589,6 +591,9 @@ const RECORD_FD_ENV: &str = "IRIS_RECORD_FD";
 /// the new image; [`Passed::restore`] makes them close-on-exec again if the exec fails.
 pub(crate) struct Passed {
     fds: Vec<c_int>,
+    /// The open files whose lock-file fds are passed, held until [`Passed::restore`]: a close
+    /// of one by another thread meanwhile cannot free the numbers for a program's open.
+    _held: Vec<std::sync::Arc<OpenFile>>,
     /// `NAME=value` entries for the new image's environment.
     pub env: Vec<std::ffi::CString>,
 }
@@ -611,8 +616,13 @@ impl Passed {
 pub(crate) fn pass_across_exec(record: bool) -> Passed {
     let mut fds = Vec::new();
     let mut env = Vec::new();
+    let mut held = Vec::new();
     if state::fs_if_open().is_none() {
-        return Passed { fds, env };
+        return Passed {
+            fds,
+            _held: held,
+            env,
+        };
     }
     let mut entries = String::new();
     let mut seen = Vec::new();
@@ -636,6 +646,7 @@ pub(crate) fn pass_across_exec(record: bool) -> Passed {
             return;
         }
         seen.push(ino);
+        held.push(file.clone());
         let (fl, of) = (pass(fl, &mut fds), pass(of, &mut fds));
         entries.push_str(&format!("{ino}:{fl}:{of},"));
     });
@@ -646,11 +657,18 @@ pub(crate) fn pass_across_exec(record: bool) -> Passed {
         if let Some(r) = record_open() {
             let r = pass(Some(r), &mut fds);
             if r >= 0 {
-                env.extend(std::ffi::CString::new(format!("{RECORD_FD_ENV}={r}")).ok());
+                // With the pid: only this process, after its exec, may take it as its own.
+                // SAFETY: getpid has no preconditions.
+                let pid = unsafe { libc::getpid() };
+                env.extend(std::ffi::CString::new(format!("{RECORD_FD_ENV}={pid}:{r}")).ok());
             }
         }
     }
-    Passed { fds, env }
+    Passed {
+        fds,
+        _held: held,
+        env,
+    }
 }
 
 /// Whether environment entry `entry` (`NAME=value`) is one [`pass_across_exec`] makes (an
@@ -695,7 +713,13 @@ impl Inherited {
                     .collect()
             })
             .unwrap_or_default();
-        let record = var(RECORD_FD_ENV).and_then(|v| v.parse().ok());
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        // ("PID:FD": another process (a child of an image that did not take it) leaves it.)
+        let record = var(RECORD_FD_ENV).and_then(|v| {
+            let (pid, fd) = v.split_once(':')?;
+            (pid.parse::<libc::pid_t>().ok()? == me).then_some(fd.parse().ok()?)
+        });
         Inherited {
             descriptions,
             record,
@@ -748,6 +772,27 @@ impl Inherited {
             drop(checked_lock_fd(of, "locks"));
         }
     }
+
+    /// The volume could not be opened: the fds passed are left open but close-on-exec (those
+    /// that are lock files at all), so they go no further.
+    pub(crate) fn abandon(self) {
+        let fds = self
+            .descriptions
+            .iter()
+            .flat_map(|&(_, fl, of)| [fl, of])
+            .chain(self.record);
+        for fd in fds {
+            let link = format!("/proc/self/fd/{fd}");
+            if std::fs::read_link(&link).is_ok_and(|t| {
+                t.as_os_str()
+                    .as_encoded_bytes()
+                    .starts_with(format!("{LOCK_DIR}/{LOCK_PREFIX}").as_bytes())
+            }) {
+                // SAFETY: F_SETFD on a lock-file fd changes no memory.
+                unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
+            }
+        }
+    }
 }
 
 /// `fd` as an own fd if it is an open of this volume's lock file `kind`.
@@ -762,5 +807,11 @@ fn checked_lock_fd(fd: c_int, kind: &str) -> Option<OwnFd> {
     if unsafe { real::stat(path.as_ptr().cast(), &mut st) } != 0 {
         return None;
     }
-    (lock_file_ino(fd)? == st.st_ino).then(|| OwnFd::adopt(fd))?
+    // SAFETY: all-zero is a valid struct stat, which fstat fills.
+    let mut at: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of a number the previous image named, into a live struct.
+    let same = unsafe { real::fstat(fd, &mut at) } == 0
+        && at.st_dev == st.st_dev
+        && at.st_ino == st.st_ino;
+    same.then(|| OwnFd::adopt(fd))?
 }

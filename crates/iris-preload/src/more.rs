@@ -584,6 +584,8 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         return unsafe { real::close_range(first, last, flags) };
     }
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        let to_fd = |n: c_uint| c_int::try_from(n).unwrap_or(c_int::MAX);
+        crate::uring::forget_range(to_fd(first), to_fd(last));
         let top = last.min(crate::fdtable::MAX_FDS as c_uint - 1);
         for fd in first..=top {
             if fdtable::is_iris(fd as c_int) {
@@ -782,6 +784,16 @@ fn canonical(fs: &iris_fs::Fs, abs: &[u8]) -> Result<Canonical, c_int> {
         out.push(b'/');
     }
     Ok(Canonical::Iris(out))
+}
+
+/// readahead on an Iris fd: nothing to read ahead into (no page cache), done at once.
+#[no_mangle]
+pub unsafe extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_t {
+    if fdtable::is_iris(fd) {
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::readahead(fd, off, n) }
 }
 
 #[cfg(test)]

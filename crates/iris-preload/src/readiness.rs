@@ -155,8 +155,9 @@ pub unsafe extern "C" fn epoll_ctl(
     unsafe { real_epoll_ctl(ep, op, fd, ev) }
 }
 
-/// ioctl on an Iris fd: FIONREAD (bytes from the offset to the end of a file), FIOCLEX and
-/// FIONCLEX; ENOTTY for any other request, as for a file on tmpfs.
+/// ioctl on an Iris fd: FIONREAD (bytes from the offset to the end of a file), FIOCLEX,
+/// FIONCLEX, FIONBIO, FIOASYNC, FIOQSIZE and FIGETBSZ; ENOTTY for any other request, as for a
+/// file on tmpfs.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
     if !fdtable::is_iris(fd) {
@@ -196,6 +197,49 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
             unsafe { arg.cast::<c_int>().write_unaligned(n) };
             0
         }
+        // Generic requests Linux answers for any file.
+        libc::FIONBIO | libc::FIOASYNC => {
+            if arg.is_null() {
+                return fail(libc::EFAULT);
+            }
+            // SAFETY: the caller's int, as these requests take it.
+            let on = unsafe { arg.cast::<c_int>().read_unaligned() } != 0;
+            let bit = if req == libc::FIONBIO {
+                libc::O_NONBLOCK
+            } else {
+                libc::O_ASYNC
+            };
+            // SAFETY: Iris's own fcntl on the caller's fd.
+            let fl = unsafe { crate::calls::fcntl(fd, libc::F_GETFL, 0) };
+            let fl = if on { fl | bit } else { fl & !bit };
+            // SAFETY: as above.
+            unsafe { crate::calls::fcntl(fd, libc::F_SETFL, fl as usize) }
+        }
+        FIOQSIZE | FIGETBSZ => {
+            if arg.is_null() {
+                return fail(libc::EFAULT);
+            }
+            // SAFETY: an all-zero stat is a valid value to be overwritten.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: Iris's own fstat on the caller's fd.
+            if unsafe { crate::calls::fstat(fd, &mut st) } != 0 {
+                return -1;
+            }
+            // SAFETY: the caller's loff_t (FIOQSIZE) or int (FIGETBSZ).
+            unsafe {
+                if req == FIOQSIZE {
+                    // (The bytes it occupies, as Linux's inode_get_bytes.)
+                    arg.cast::<i64>().write_unaligned(st.st_blocks * 512);
+                } else {
+                    arg.cast::<c_int>().write_unaligned(st.st_blksize as c_int);
+                }
+            }
+            0
+        }
         _ => fail(libc::ENOTTY),
     }
 }
+
+/// Generic file ioctls (asm-generic/ioctls.h, linux/fs.h).
+const FIOQSIZE: c_ulong = 0x5460;
+const FIGETBSZ: c_ulong = 2;

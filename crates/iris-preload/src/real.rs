@@ -881,3 +881,10 @@ real_fn!(
     fn(fd: c_int, req: libc::c_ulong, arg: *mut c_void) -> c_int,
     -1
 );
+real_fn!(fork, "fork", fn() -> libc::pid_t, -1);
+real_fn!(
+    readahead,
+    "readahead",
+    fn(fd: c_int, off: off64_t, n: size_t) -> ssize_t,
+    -1
+);

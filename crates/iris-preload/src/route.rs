@@ -56,7 +56,8 @@ fn tidy(path: &[u8]) -> Option<Vec<u8>> {
         out.push(b'/');
         out.extend_from_slice(c);
     }
-    if out.is_empty() {
+    // A trailing slash (or `/.`) says "a directory": kept.
+    if out.is_empty() || path.ends_with(b"/") || path.ends_with(b"/.") {
         out.push(b'/');
     }
     Some(out)
@@ -108,55 +109,102 @@ pub(crate) unsafe fn target_at(dirfd: i32, path: *const c_char) -> Target {
 /// The path under the Iris root that relative `path` names from host directory `dirfd`
 /// (AT_FDCWD: the working directory), if it leads into a mount prefix: `iris/f` from `/`,
 /// `../iris/f` from `/tmp` (rsync walks to its destination so, one component at a time from
-/// an fd of `/`). The directory's path is looked up only for a path that may lead there.
+/// an fd of `/`). Only the leading `..` climb the host directory (lexically, from its real
+/// path); the rest goes to Iris's resolver as given (an Iris symlink before a later `..` is
+/// followed first, as Linux does). A path whose first component is no prefix's costs no
+/// system call; a leading `..` from the working directory reads a cached copy of its path.
 fn through_host_dir(dirfd: i32, path: &[u8]) -> Option<Vec<u8>> {
-    if !may_reach_prefix(path) {
+    let (ups, rest) = leading_ups(path);
+    let first = rest
+        .split(|b| *b == b'/')
+        .next()
+        .filter(|c| !c.is_empty())?;
+    if ups == 0 && !is_prefix_component(first) {
         return None;
     }
-    let mut joined = host_dir_path(dirfd)?;
-    joined.push(b'/');
-    joined.extend_from_slice(path);
-    strip_prefix(&crate::cwd::normalize(&joined))
+    let join = |base: &[u8]| -> Option<Vec<u8>> {
+        let mut base = base;
+        for _ in 0..ups {
+            base = parent(base);
+        }
+        if !leads_into_prefix(base, first) {
+            return None;
+        }
+        let mut joined = base.to_vec();
+        if joined.last() != Some(&b'/') {
+            joined.push(b'/');
+        }
+        joined.extend_from_slice(rest);
+        strip_prefix(&joined)
+    };
+    if dirfd == libc::AT_FDCWD {
+        crate::cwd::with_host_cwd(join)
+    } else {
+        join(&host_dir_path(dirfd)?)
+    }
 }
 
-/// Whether relative `path` may lead from a host directory into a mount prefix: its first
-/// component (past any `.`) is `..` or a component of a prefix. No allocation, no system call.
-fn may_reach_prefix(path: &[u8]) -> bool {
-    let Some(first) = path
-        .split(|b| *b == b'/')
-        .find(|c| !c.is_empty() && *c != b".")
-    else {
-        return false;
-    };
-    if first == b".." {
-        return true;
+/// How many leading `..` components `path` has (past `.` and empty ones), and what follows
+/// them.
+fn leading_ups(path: &[u8]) -> (usize, &[u8]) {
+    let mut ups = 0;
+    let mut rest = path;
+    loop {
+        let end = rest.iter().position(|b| *b == b'/').unwrap_or(rest.len());
+        let (c, tail) = (&rest[..end], rest.get(end + 1..).unwrap_or(&[]));
+        match c {
+            b"" | b"." if !tail.is_empty() => rest = tail,
+            b".." => {
+                ups += 1;
+                rest = tail;
+            }
+            _ => return (ups, rest),
+        }
     }
+}
+
+/// The parent of absolute path `p` (`/` for `/`).
+fn parent(p: &[u8]) -> &[u8] {
+    let p = p.strip_suffix(b"/").filter(|q| !q.is_empty()).unwrap_or(p);
+    match p.iter().rposition(|b| *b == b'/') {
+        Some(0) | None => b"/",
+        Some(i) => &p[..i],
+    }
+}
+
+/// Whether some prefix is `base/first` or lies below it. No allocation.
+fn leads_into_prefix(base: &[u8], first: &[u8]) -> bool {
+    let base = if base == b"/" { &b""[..] } else { base };
     let mut hit = false;
     crate::prefix::for_each(|p| {
-        hit = p.split(|b| *b == b'/').any(|c| c == first);
+        hit = p
+            .strip_prefix(base)
+            .and_then(|r| r.strip_prefix(b"/"))
+            .and_then(|r| r.strip_prefix(first))
+            .is_some_and(|r| r.is_empty() || r[0] == b'/');
         !hit
     });
     hit
 }
 
-/// The absolute path of host directory `dirfd` (AT_FDCWD: the working directory).
+/// Whether `c` is a component of some prefix. No allocation, no system call.
+fn is_prefix_component(c: &[u8]) -> bool {
+    let mut hit = false;
+    crate::prefix::for_each(|p| {
+        hit = p.split(|b| *b == b'/').any(|x| x == c);
+        !hit
+    });
+    hit
+}
+
+/// The absolute path of host directory fd `dirfd`.
 fn host_dir_path(dirfd: i32) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    let n = if dirfd == libc::AT_FDCWD {
-        // SAFETY: a buffer of buf.len() bytes; libc's own getcwd.
-        let p = unsafe { crate::real::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
-        if p.is_null() {
-            return None;
-        }
-        buf.iter().position(|&b| b == 0)?
-    } else {
-        let link = format!("/proc/self/fd/{dirfd}\0");
-        // SAFETY: a NUL-terminated path and a buffer of buf.len() bytes; libc's own readlink.
-        let n = unsafe {
-            crate::real::readlink(link.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len())
-        };
-        usize::try_from(n).ok().filter(|&n| n < buf.len())?
-    };
+    let link = format!("/proc/self/fd/{dirfd}\0");
+    // SAFETY: a NUL-terminated path and a buffer of buf.len() bytes; libc's own readlink.
+    let n =
+        unsafe { crate::real::readlink(link.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = usize::try_from(n).ok().filter(|&n| n < buf.len())?;
     buf.truncate(n);
     (buf.first() == Some(&b'/')).then_some(buf)
 }
@@ -240,26 +288,36 @@ unsafe fn fd_named_by(path: *const c_char) -> Option<(c_int, bool)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{may_reach_prefix, tidy};
+    use super::{is_prefix_component, leading_ups, leads_into_prefix, parent, tidy};
 
     #[test]
-    fn tidy_drops_repeated_slashes_and_dot_components_only() {
+    fn tidy_drops_repeated_slashes_and_dot_components_and_keeps_a_trailing_slash() {
         assert_eq!(tidy(b"/iris/f"), None);
         assert_eq!(tidy(b"//iris/f").as_deref(), Some(&b"/iris/f"[..]));
-        assert_eq!(tidy(b"/./iris//./f/.").as_deref(), Some(&b"/iris/f"[..]));
+        assert_eq!(tidy(b"/./iris//./f/.").as_deref(), Some(&b"/iris/f/"[..]));
+        assert_eq!(tidy(b"//iris/f/").as_deref(), Some(&b"/iris/f/"[..]));
         assert_eq!(tidy(b"//").as_deref(), Some(&b"/"[..]));
         // `..` is left to the resolver (a host symlink before it would change its meaning).
         assert_eq!(tidy(b"/a/../iris"), None);
     }
 
     #[test]
-    fn only_paths_starting_with_dot_dot_or_a_prefix_component_may_reach_the_prefix() {
+    fn leading_dot_dots_are_counted_and_the_rest_kept_as_given() {
+        assert_eq!(leading_ups(b"../../iris/a/../f"), (2, &b"iris/a/../f"[..]));
+        assert_eq!(leading_ups(b"./../iris"), (1, &b"iris"[..]));
+        assert_eq!(leading_ups(b"iris/f"), (0, &b"iris/f"[..]));
+        assert_eq!(parent(b"/a/b"), b"/a");
+        assert_eq!(parent(b"/a"), b"/");
+        assert_eq!(parent(b"/"), b"/");
+    }
+
+    #[test]
+    fn only_a_prefix_at_or_below_the_joined_directory_is_reached() {
         // The default prefix, /iris (IRIS_MOUNT is not set for unit tests).
-        assert!(may_reach_prefix(b"iris/f"));
-        assert!(may_reach_prefix(b"./iris"));
-        assert!(may_reach_prefix(b"../x"));
-        assert!(!may_reach_prefix(b"irisx/f"));
-        assert!(!may_reach_prefix(b"src/iris"));
-        assert!(!may_reach_prefix(b"."));
+        assert!(is_prefix_component(b"iris"));
+        assert!(!is_prefix_component(b"irisx"));
+        assert!(leads_into_prefix(b"/", b"iris"));
+        assert!(!leads_into_prefix(b"/tmp", b"iris"));
+        assert!(!leads_into_prefix(b"/", b"irisx"));
     }
 }

@@ -1,5 +1,6 @@
 //! io_uring requests on Iris fds, for programs that make io_uring's system calls through libc's
-//! `syscall()` (fio's io_uring engine does). The kernel reads a ring's requests from memory it
+//! `syscall()` (Rust's io-uring crate does; fio's engine and liburing make them as raw system
+//! calls, which no interposer sees). The kernel reads a ring's requests from memory it
 //! shares with the program, so a request on an Iris fd would run against the fd's placeholder
 //! (a write fails with EBADF, a read returns zeros). Here the `io_uring_enter` that submits
 //! requests first walks the ones the kernel is about to take: each on an Iris fd is carried
@@ -17,8 +18,8 @@
 //! Without `IORING_NOP_INJECT_RESULT` (kernels before 6.11) requests go to the kernel as
 //! before.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use iris_fs::ForkSafeMutex as Mutex;
 use libc::{c_int, c_long, c_void};
@@ -86,6 +87,7 @@ const _: () = assert!(std::mem::size_of::<Params>() == 120);
 const SETUP_SQPOLL: u32 = 1 << 1;
 const SETUP_SQE128: u32 = 1 << 10;
 const SETUP_NO_MMAP: u32 = 1 << 14;
+const SETUP_REGISTERED_FD_ONLY: u32 = 1 << 15;
 const SETUP_NO_SQARRAY: u32 = 1 << 16;
 // Offsets of `mmap` on a ring fd.
 const OFF_SQ_RING: i64 = 0;
@@ -95,6 +97,8 @@ const ENTER_REGISTERED_RING: u32 = 1 << 4;
 // Register opcodes.
 const REGISTER_RING_FDS: u32 = 20;
 const UNREGISTER_RING_FDS: u32 = 21;
+/// Register flag: the fd is a registered ring's index.
+const REGISTER_USE_REGISTERED_RING: u32 = 1 << 31;
 // Request flags.
 const SQE_FIXED_FILE: u8 = 1 << 0;
 const SQE_IO_DRAIN: u8 = 1 << 1;
@@ -143,10 +147,16 @@ struct Ring {
     /// This process's own mappings, to unmap when the ring is forgotten (none for
     /// `IORING_SETUP_NO_MMAP`, whose memory is the program's).
     maps: [(usize, usize); 2],
+    /// Held while requests are served: two threads entering one ring at once (a program
+    /// that submits from both) do not rewrite the same requests.
+    serving: Mutex<()>,
 }
 
-// SAFETY: the pointers are this process's mappings of the ring, valid while the entry lives.
+// SAFETY: the pointers are this process's mappings of the ring, valid while the entry lives;
+// the ring's words are read as atomics, and its requests are rewritten only under `serving`.
 unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
 
 impl Drop for Ring {
     fn drop(&mut self) {
@@ -159,8 +169,8 @@ impl Drop for Ring {
     }
 }
 
-/// Rings known in this process.
-static RINGS: Mutex<Vec<Ring>> = Mutex::new(Vec::new());
+/// Rings known in this process (held only to look one up: requests are served outside it).
+static RINGS: Mutex<Vec<Arc<Ring>>> = Mutex::new(Vec::new());
 /// Whether any ring is known (so `close` of other fds costs one load).
 static ANY: AtomicBool = AtomicBool::new(false);
 
@@ -173,7 +183,7 @@ thread_local! {
 impl Ring {
     /// Map the submission side of ring `fd` set up with `p`; None when it cannot be followed.
     fn map(fd: c_int, p: &Params) -> Option<Ring> {
-        if p.flags & SETUP_SQPOLL != 0 || p.sq_entries == 0 {
+        if p.flags & (SETUP_SQPOLL | SETUP_REGISTERED_FD_ONLY) != 0 || p.sq_entries == 0 {
             return None;
         }
         let stride = if p.flags & SETUP_SQE128 != 0 { 128 } else { 64 };
@@ -217,6 +227,7 @@ impl Ring {
             stride,
             no_array,
             maps,
+            serving: Mutex::new(()),
         })
     }
 
@@ -229,6 +240,7 @@ impl Ring {
 
     /// Serve the requests on Iris fds among the next `to_submit` the kernel will take.
     fn serve_pending(&self, to_submit: u32) {
+        let _serving = self.serving.lock();
         let head = self.word(self.sq_off.head).load(Ordering::Acquire);
         let tail = self.word(self.sq_off.tail).load(Ordering::Acquire);
         let mask = self.word(self.sq_off.ring_mask).load(Ordering::Relaxed);
@@ -249,10 +261,13 @@ impl Ring {
             }
             // SAFETY: slot < entries, so the request lies inside the mapped array.
             let sqe = unsafe { &mut *self.sqes.add(slot as usize * self.stride).cast::<Sqe>() };
-            let linked = sqe.flags & (SQE_IO_LINK | SQE_IO_HARDLINK) != 0;
+            let flags = sqe.flags;
             chain = serve_one(sqe, chain);
-            if !linked {
+            if flags & (SQE_IO_LINK | SQE_IO_HARDLINK) == 0 {
                 chain = Chain::None;
+            } else if flags & SQE_IO_HARDLINK != 0 && chain == Chain::Failed {
+                // A hard link goes on after a failure.
+                chain = Chain::Served;
             }
         }
     }
@@ -293,8 +308,14 @@ fn serve_one(sqe: &mut Sqe, chain: Chain) -> Chain {
         // SAFETY: the program's request, its buffers valid as it describes them.
         Chain::None | Chain::Served => unsafe { carry_out(sqe) },
     };
+    // A short read or write fails its link too, as the kernel's do.
+    let short = matches!(
+        sqe.opcode,
+        OP_READ | OP_WRITE | OP_READ_FIXED | OP_WRITE_FIXED
+    ) && res >= 0
+        && (res as u32) < sqe.len;
     rewrite(sqe, res);
-    if res < 0 || chain == Chain::Failed {
+    if res < 0 || short || chain == Chain::Failed {
         Chain::Failed
     } else {
         Chain::Served
@@ -394,7 +415,15 @@ unsafe fn carry_out(sqe: &Sqe) -> i32 {
             OP_CLOSE if sqe.splice_fd_in != 0 => -libc::EINVAL,
             OP_CLOSE => result(i64::from(calls::close(fd))),
             // (off: offset, len: bytes, op_flags: advice)
-            OP_FADVISE => -calls::posix_fadvise(fd, off, i64::from(sqe.len), flags),
+            OP_FADVISE => {
+                // (A zero `len` with the length in `addr`: io_uring_prep_fadvise64.)
+                let n = if sqe.len == 0 {
+                    sqe.addr as i64
+                } else {
+                    i64::from(sqe.len)
+                };
+                -calls::posix_fadvise(fd, off, n, flags)
+            }
             OP_FTRUNCATE => result(i64::from(calls::ftruncate(fd, off))),
             _ => -libc::EOPNOTSUPP,
         }
@@ -447,29 +476,36 @@ fn map_shared(fd: c_int, len: usize, off: i64) -> Option<*mut u8> {
 /// Whether this kernel's NOP can carry a result (`IORING_NOP_INJECT_RESULT`), tried once on a
 /// ring of one request.
 fn inject_supported() -> bool {
-    static SUPPORTED: OnceLock<bool> = OnceLock::new();
-    *SUPPORTED.get_or_init(|| {
-        let mut p = Params::default();
-        // SAFETY: io_uring_setup with a valid params block.
-        let fd = unsafe {
-            crate::real::syscall(
-                libc::SYS_io_uring_setup,
-                1,
-                std::ptr::from_mut(&mut p) as c_long,
-                0,
-                0,
-                0,
-                0,
-            )
-        } as c_int;
-        if fd < 0 {
-            return false;
-        }
-        let ok = probe(fd, &p).unwrap_or(false);
-        // SAFETY: closing the probe's own ring.
-        unsafe { crate::real::close(fd) };
-        ok
-    })
+    // 0 not known, 1 yes, 2 no. (Not a `OnceLock`: a child forked while another thread probes
+    // would wait for it for ever. Two threads may both probe.)
+    static SUPPORTED: AtomicU8 = AtomicU8::new(0);
+    match SUPPORTED.load(Ordering::Acquire) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
+    let mut p = Params::default();
+    // SAFETY: io_uring_setup with a valid params block.
+    let fd = unsafe {
+        crate::real::syscall(
+            libc::SYS_io_uring_setup,
+            1,
+            std::ptr::from_mut(&mut p) as c_long,
+            0,
+            0,
+            0,
+            0,
+        )
+    } as c_int;
+    if fd < 0 {
+        // (No answer: perhaps out of fds or memory now; asked again next time.)
+        return false;
+    }
+    let ok = probe(fd, &p).unwrap_or(false);
+    // SAFETY: closing the probe's own ring.
+    unsafe { crate::real::close(fd) };
+    SUPPORTED.store(if ok { 1 } else { 2 }, Ordering::Release);
+    ok
 }
 
 /// Submit a NOP carrying 7 on ring `fd` and check that it completes with 7.
@@ -538,9 +574,19 @@ pub(crate) unsafe fn setup(entries: c_long, params: c_long) -> c_long {
         // SAFETY: the kernel filled in the caller's params block.
         let p = unsafe { (params as *const Params).read() };
         if let Some(ring) = Ring::map(fd as c_int, &p) {
-            let mut rings = RINGS.lock();
-            rings.retain(|r| r.fd != fd as c_int);
-            rings.push(ring);
+            let _b = crate::state::Busy::enter();
+            let gone = {
+                let mut rings = RINGS.lock();
+                let gone: Vec<_> = rings
+                    .iter()
+                    .filter(|r| r.fd == fd as c_int)
+                    .cloned()
+                    .collect();
+                rings.retain(|r| r.fd != fd as c_int);
+                rings.push(Arc::new(ring));
+                gone
+            };
+            drop(gone);
             ANY.store(true, Ordering::Relaxed);
         }
     }
@@ -552,22 +598,26 @@ pub(crate) unsafe fn setup(entries: c_long, params: c_long) -> c_long {
 /// # Safety
 /// The arguments are the caller's, as the system call takes them.
 pub(crate) unsafe fn enter(a: [c_long; 6]) -> c_long {
-    let [fd, to_submit, _, flags, _, _] = a;
+    // (unsigned int and int arguments: their registers' upper halves mean nothing.)
+    let (fd, to_submit, flags) = (a[0] as c_int, a[1] as u32, a[3] as u32);
     if to_submit > 0 && ANY.load(Ordering::Relaxed) {
-        let ring_fd = if flags as u32 & ENTER_REGISTERED_RING != 0 {
-            REGISTERED.with(|r| {
-                r.borrow()
-                    .iter()
-                    .find(|&&(i, _)| i64::from(i) == fd)
-                    .map(|&(_, f)| f)
-            })
+        let ring_fd = if flags & ENTER_REGISTERED_RING != 0 {
+            REGISTERED
+                .try_with(|r| {
+                    r.try_borrow()
+                        .ok()
+                        .and_then(|r| r.iter().find(|&&(i, _)| i as c_int == fd).map(|&(_, f)| f))
+                })
+                .ok()
+                .flatten()
         } else {
-            Some(fd as c_int)
+            Some(fd)
         };
         if let Some(ring_fd) = ring_fd {
-            let rings = RINGS.lock();
-            if let Some(ring) = rings.iter().find(|r| r.fd == ring_fd) {
-                ring.serve_pending(u32::try_from(to_submit).unwrap_or(u32::MAX));
+            let _b = crate::state::Busy::enter();
+            let ring = RINGS.lock().iter().find(|r| r.fd == ring_fd).cloned();
+            if let Some(ring) = ring {
+                ring.serve_pending(to_submit);
             }
         }
     }
@@ -600,14 +650,18 @@ pub(crate) unsafe fn register(a: [c_long; 6]) -> c_long {
             a[5],
         )
     };
-    let (op, arg, nr) = (a[1] as u32, a[2], usize::try_from(a[3]).unwrap_or(0));
-    if r >= 0 && arg != 0 && matches!(op, REGISTER_RING_FDS | UNREGISTER_RING_FDS) {
-        // SAFETY: the caller's array of `nr` updates, which the kernel accepted (r of them).
-        let ups = unsafe { std::slice::from_raw_parts(arg as *const RsrcUpdate, nr) };
-        let done = usize::try_from(r).unwrap_or(0).min(nr);
-        REGISTERED.with(|reg| {
-            let mut reg = reg.borrow_mut();
-            for u in &ups[..done] {
+    let op = a[1] as u32 & !REGISTER_USE_REGISTERED_RING;
+    let arg = a[2];
+    if r > 0 && arg != 0 && matches!(op, REGISTER_RING_FDS | UNREGISTER_RING_FDS) {
+        // The kernel took the first `r` updates of the caller's array.
+        let done = usize::try_from(r).unwrap_or(0).min(a[3] as u32 as usize);
+        // SAFETY: the caller's array holds at least the `done` updates the kernel accepted.
+        let ups = unsafe { std::slice::from_raw_parts(arg as *const RsrcUpdate, done) };
+        let _ = REGISTERED.try_with(|reg| {
+            let Ok(mut reg) = reg.try_borrow_mut() else {
+                return;
+            };
+            for u in ups {
                 reg.retain(|&(i, _)| i != u.offset);
                 if op == REGISTER_RING_FDS {
                     reg.push((u.offset, u.data as c_int));
@@ -618,18 +672,39 @@ pub(crate) unsafe fn register(a: [c_long; 6]) -> c_long {
     r
 }
 
-/// Fd `fd` is closed (or replaced): a ring it was is forgotten.
-pub(crate) fn forget(fd: c_int) {
+/// Fds `first..=last` are closed (or replaced): a ring among them is forgotten (its mappings
+/// here would keep it alive).
+pub(crate) fn forget_range(first: c_int, last: c_int) {
     if ANY.load(Ordering::Relaxed) {
-        let gone = {
+        let _b = crate::state::Busy::enter();
+        let gone: Vec<Arc<Ring>> = {
             let mut rings = RINGS.lock();
-            rings
+            let gone = rings
                 .iter()
-                .position(|r| r.fd == fd)
-                .map(|i| rings.swap_remove(i))
+                .filter(|r| (first..=last).contains(&r.fd))
+                .cloned()
+                .collect();
+            rings.retain(|r| !(first..=last).contains(&r.fd));
+            gone
         };
         drop(gone);
     }
+}
+
+/// Fd `fd` is closed (or replaced): see [`forget_range`].
+pub(crate) fn forget(fd: c_int) {
+    forget_range(fd, fd);
+}
+
+/// Hold the table of rings across a fork (see `crate::fork`).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(RINGS.lock());
+}
+
+/// Release what [`lock_for_fork`] took (parent and child).
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: only after lock_for_fork, whose guard was forgotten.
+    unsafe { RINGS.force_unlock() };
 }
 
 /// libc's `syscall()`: io_uring's three system calls are followed here, every other goes to

@@ -166,6 +166,14 @@ int main(int argc, char **argv) {
     prep_rw(IORING_OP_READ, fd, c, 4, 0, 11);
     submit_and_print();
 
+    /* A short read fails its link too; a hard link goes on after a failure. */
+    prep_rw(IORING_OP_READ, fd, c, 4, 100, 14)->flags |= IOSQE_IO_LINK;
+    prep_rw(IORING_OP_READ, fd, c, 4, 0, 15);
+    submit_and_print();
+    prep_rw(IORING_OP_WRITE, ro, "x", 1, 0, 16)->flags |= IOSQE_IO_HARDLINK;
+    prep_rw(IORING_OP_READ, fd, c, 4, 0, 17);
+    submit_and_print();
+
     /* The ring entered by its registered index. */
     struct io_uring_rsrc_update up = {.offset = (unsigned)-1, .data = (unsigned long long)ring_fd};
     if (syscall(SYS_io_uring_register, ring_fd, IORING_REGISTER_RING_FDS, &up, 1) != 1)
