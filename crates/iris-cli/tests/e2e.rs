@@ -132,7 +132,7 @@ fn io_uring_requests_made_through_syscall_are_served_on_iris_files() {
         "1 6\n2 15\n3 8\n4 0\n5 21\n6 0\n7 3\n8 3\n9 8\n\
          read: [hello| brave new world] [] [hel] [lo ] [via pipe]\n\
          10 Bad file descriptor\n11 Operation canceled\n\
-         14 0\n15 Operation canceled\n16 Bad file descriptor\n17 4\n12 1\n13 0\n\
+         14 0\n15 Operation canceled\n16 Bad file descriptor\n17 4\n18 5\n12 1\n13 0\n\
          ro after close: Bad file descriptor\nfile: 22 [hello brave new world!]\n",
     );
     v.fsck_clean();

@@ -114,6 +114,7 @@ const OP_WRITEV: u8 = 2;
 const OP_FSYNC: u8 = 3;
 const OP_READ_FIXED: u8 = 4;
 const OP_WRITE_FIXED: u8 = 5;
+const OP_POLL_ADD: u8 = 6;
 const OP_SYNC_FILE_RANGE: u8 = 8;
 const OP_FALLOCATE: u8 = 17;
 const OP_CLOSE: u8 = 19;
@@ -328,6 +329,7 @@ fn handled(opcode: u8) -> bool {
         opcode,
         OP_READV
             | OP_WRITEV
+            | OP_POLL_ADD
             | OP_FSYNC
             | OP_READ_FIXED
             | OP_WRITE_FIXED
@@ -425,6 +427,13 @@ unsafe fn carry_out(sqe: &Sqe) -> i32 {
                 -calls::posix_fadvise(fd, off, n, flags)
             }
             OP_FTRUNCATE => result(i64::from(calls::ftruncate(fd, off))),
+            // A file is always ready (a multishot poll would never end: refused).
+            OP_POLL_ADD if sqe.len & 1 != 0 => -libc::EOPNOTSUPP,
+            OP_POLL_ADD => {
+                let ready =
+                    (libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM) as u32;
+                (sqe.op_flags & ready) as i32
+            }
             _ => -libc::EOPNOTSUPP,
         }
     };

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/io_uring.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +173,14 @@ int main(int argc, char **argv) {
     submit_and_print();
     prep_rw(IORING_OP_WRITE, ro, "x", 1, 0, 16)->flags |= IOSQE_IO_HARDLINK;
     prep_rw(IORING_OP_READ, fd, c, 4, 0, 17);
+    submit_and_print();
+
+    /* A poll of the file: ready to read and write. */
+    s = next_sqe();
+    s->opcode = IORING_OP_POLL_ADD;
+    s->fd = fd;
+    s->poll32_events = POLLIN | POLLOUT;
+    s->user_data = 18;
     submit_and_print();
 
     /* The ring entered by its registered index. */
