@@ -199,6 +199,49 @@ print("readahead", ctypes.CDLL(None, use_errno=True).readahead(fd, ctypes.c_long
     );
 }
 
+/// An Iris fd passed over a Unix socket (SCM_RIGHTS) is the same open file in the receiver:
+/// it reads and writes the file and shares the sender's offset. Before, the receiver's calls
+/// went to the placeholder (EBADF).
+#[test]
+fn an_iris_fd_passed_over_a_socket_is_the_same_open_file() {
+    let v = Volume::new("scm");
+    let script = |dir: &str| {
+        format!(
+            r#"timeout 30 python3 - {dir} <<'PY'
+import os, socket, subprocess, sys
+d = sys.argv[1]
+a, b = socket.socketpair()
+child = subprocess.Popen([sys.executable, "-c", """
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+msg, fds, _, _ = socket.recv_fds(s, 16, 4)
+fd = fds[0]
+print("received:", os.read(fd, 5).decode(), flush=True)
+os.write(fd, b"+child")
+print("child offset:", os.lseek(fd, 0, os.SEEK_CUR), flush=True)
+s.send(b"done")
+""", str(b.fileno())], pass_fds=[b.fileno()])
+b.close()
+fd = os.open(d + "/passed", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"hello world")
+os.lseek(fd, 0, os.SEEK_SET)
+socket.send_fds(a, [b"x"], [fd])
+a.recv(4)
+child.wait()
+print("parent offset:", os.lseek(fd, 0, os.SEEK_CUR))
+print("file:", open(d + "/passed").read())
+PY
+"#
+        )
+    };
+    v.prints_as_on_tmpfs(
+        "scm",
+        script,
+        "received: hello\nchild offset: 11\nparent offset: 11\nfile: hello+child\n",
+    );
+    v.fsck_clean();
+}
+
 #[test]
 fn a_program_without_iris_can_neither_write_nor_read_through_an_inherited_iris_fd() {
     let v = Volume::new("stray");

@@ -1,6 +1,7 @@
 //! Start-up of a program image: find the Iris fds it inherited across exec (the description
 //! memfds, see `description`), put them back in the fd table, and switch the standard streams of
-//! any of fds 0-2 that are Iris files.
+//! any of fds 0-2 that are Iris files. Also Iris fds received over a socket (SCM_RIGHTS, through
+//! `recvmsg` and `recvmmsg`).
 
 use std::sync::Arc;
 
@@ -90,6 +91,118 @@ extern "C" fn on_load() {
     for fd in 0..3 {
         crate::stdio::sync_std_stream(fd);
     }
+}
+
+/// Take fd `fd`, just received in an SCM_RIGHTS message, into the fd table if it is an Iris
+/// description of this volume: it shares the sender's file offset and status flags (the
+/// description page), as a passed fd does on Linux. (Its flock and OFD locks are the
+/// receiver's own: the sender's lock-file opens do not travel with it.)
+pub(crate) fn adopt_received(fd: i32) {
+    let link = format!("/proc/self/fd/{fd}");
+    let is_desc = std::fs::read_link(&link).is_ok_and(|t| {
+        t.as_os_str()
+            .as_encoded_bytes()
+            .starts_with(b"/memfd:iris-desc")
+    });
+    if !is_desc || fdtable::is_iris(fd) {
+        return;
+    }
+    let _b = Busy::enter();
+    let Some(fs) = state::fs() else { return };
+    // Another fd of this process on the same description: one open file for both.
+    let memfd = crate::locks::memfd_ino(fd);
+    let mut same = None;
+    fdtable::each(|other, f| {
+        if same.is_none() && memfd.is_some() && crate::locks::memfd_ino(other) == memfd {
+            same = Some(f.clone());
+        }
+    });
+    if let Some(file) = same {
+        fdtable::install(fd, file);
+        return;
+    }
+    let Some(desc) = Desc::adopt(fd, fs.store().volume_id()) else {
+        return;
+    };
+    let s = desc.shared();
+    let ino = s.ino.load(std::sync::atomic::Ordering::Relaxed);
+    let is_dir = s.is_dir.load(std::sync::atomic::Ordering::Relaxed) != 0;
+    let path = desc.path();
+    fs.retain(ino);
+    fdtable::install(
+        fd,
+        Arc::new(OpenFile {
+            ino,
+            cache: fs.file_cache(ino),
+            is_dir,
+            desc,
+            path,
+            flock_fd: crate::locks::LockFd::new(),
+            ofd_fd: crate::locks::LockFd::new(),
+            _count: fdtable::OpenCount(ino),
+        }),
+    );
+}
+
+/// The fds an SCM_RIGHTS message in `msg` (just received) carries, each adopted if it is an
+/// Iris description (see [`adopt_received`]).
+///
+/// # Safety
+/// `msg` is a message header the kernel just filled in.
+pub(crate) unsafe fn adopt_rights(msg: *const libc::msghdr) {
+    if msg.is_null() {
+        return;
+    }
+    // SAFETY: walking the control messages the kernel wrote, with libc's own CMSG macros.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<i32>();
+                let head = libc::CMSG_LEN(0) as usize;
+                let n = ((*c).cmsg_len as usize).saturating_sub(head) / std::mem::size_of::<i32>();
+                for i in 0..n {
+                    adopt_received(data.add(i).read_unaligned());
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+}
+
+/// recvmsg: an Iris fd received in an SCM_RIGHTS message is taken into the fd table (see
+/// [`adopt_received`]); before, the receiver's calls went to its placeholder.
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(
+    sock: libc::c_int,
+    msg: *mut libc::msghdr,
+    flags: libc::c_int,
+) -> isize {
+    // SAFETY: forwarding.
+    let r = unsafe { crate::real::recvmsg(sock, msg, flags) };
+    if r >= 0 {
+        // SAFETY: the header the kernel just filled in.
+        unsafe { adopt_rights(msg) };
+    }
+    r
+}
+
+/// recvmmsg: as [`recvmsg`], for each message received.
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(
+    sock: libc::c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: libc::c_int,
+    timeout: *mut libc::timespec,
+) -> libc::c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { crate::real::recvmmsg(sock, msgs, n, flags, timeout) };
+    for i in 0..usize::try_from(r).unwrap_or(0) {
+        // SAFETY: the first `r` headers, which the kernel just filled in.
+        unsafe { adopt_rights(&(*msgs.add(i)).msg_hdr) };
+    }
+    r
 }
 
 #[used]

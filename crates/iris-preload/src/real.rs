@@ -888,3 +888,21 @@ real_fn!(
     fn(fd: c_int, off: off64_t, n: size_t) -> ssize_t,
     -1
 );
+real_fn!(
+    recvmsg,
+    "recvmsg",
+    fn(sock: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize,
+    -1
+);
+real_fn!(
+    recvmmsg,
+    "recvmmsg",
+    fn(
+        sock: c_int,
+        msgs: *mut libc::mmsghdr,
+        n: c_uint,
+        flags: c_int,
+        timeout: *mut libc::timespec,
+    ) -> c_int,
+    -1
+);
