@@ -169,6 +169,9 @@ for op in ("register", "unregister"):
 os.lseek(fd, 2, os.SEEK_SET)
 print("FIONREAD", struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"1234"))[0])
 print("isatty", os.isatty(fd))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("isatty errno", libc.isatty(fd), os.strerror(ctypes.get_errno()))
 try:
     fcntl.ioctl(fd, termios.TCGETS, bytes(64))
 except OSError as x:
@@ -193,7 +196,7 @@ print("readahead", ctypes.CDLL(None, use_errno=True).readahead(fd, ctypes.c_long
         script,
         "poll [(True, 5)]\npoll, no events []\nselect True\n\
          epoll register Operation not permitted\nepoll unregister Operation not permitted\n\
-         FIONREAD 4\nisatty False\nTCGETS Inappropriate ioctl for device\nFIOCLEX 1\n\
+         FIONREAD 4\nisatty False\nisatty errno 0 Inappropriate ioctl for device\nTCGETS Inappropriate ioctl for device\nFIOCLEX 1\n\
          FIONBIO True\nFIOQSIZE 4096\nGETOWN 0\nGETSIG 0\nGETLEASE 2\nGET_SEALS 1\n\
          ADD_SEALS Operation not permitted\nreadahead 0\n",
     );

@@ -1,5 +1,5 @@
-//! poll, ppoll, epoll_ctl and ioctl on Iris fds, answered as the kernel answers them for a
-//! regular file. The kernel cannot: an Iris fd is an `O_PATH` open of its description memfd
+//! poll, ppoll, epoll_ctl, ioctl, isatty and tcgetattr on Iris fds, answered as the kernel
+//! answers them for a regular file. The kernel cannot: an Iris fd is an `O_PATH` open of its description memfd
 //! (see `description.rs`), for which poll says POLLNVAL and epoll_ctl and ioctl EBADF.
 #![allow(clippy::missing_safety_doc)]
 
@@ -243,3 +243,25 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
 /// Generic file ioctls (asm-generic/ioctls.h, linux/fs.h).
 const FIOQSIZE: c_ulong = 0x5460;
 const FIGETBSZ: c_ulong = 2;
+
+/// isatty on an Iris fd: not a terminal, errno ENOTTY (glibc asks through its own ioctl,
+/// which the placeholder refuses with EBADF).
+#[no_mangle]
+pub unsafe extern "C" fn isatty(fd: c_int) -> c_int {
+    if fdtable::is_iris(fd) {
+        crate::errno::set(libc::ENOTTY);
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { crate::real::isatty(fd) }
+}
+
+/// tcgetattr on an Iris fd: ENOTTY, as for any file (see [`isatty`]).
+#[no_mangle]
+pub unsafe extern "C" fn tcgetattr(fd: c_int, t: *mut libc::termios) -> c_int {
+    if fdtable::is_iris(fd) {
+        return fail(libc::ENOTTY);
+    }
+    // SAFETY: forwarding.
+    unsafe { crate::real::tcgetattr(fd, t) }
+}

@@ -906,3 +906,10 @@ real_fn!(
     ) -> c_int,
     -1
 );
+real_fn!(isatty, "isatty", fn(fd: c_int) -> c_int, 0);
+real_fn!(
+    tcgetattr,
+    "tcgetattr",
+    fn(fd: c_int, t: *mut libc::termios) -> c_int,
+    -1
+);
