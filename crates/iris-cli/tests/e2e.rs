@@ -103,6 +103,35 @@ fn fio_with_native_aio_writes_and_verifies_through_iris() {
     v.fsck_clean();
 }
 
+/// POSIX AIO: glibc runs the requests on its own threads through its internal pread and
+/// pwrite, which met the Iris fd's placeholder (EBADF: fio's `posixaio` engine stopped).
+#[test]
+fn fio_with_posix_aio_writes_and_verifies_through_iris() {
+    let v = Volume::new("fio-paio");
+    fio_verifies(&v, "--ioengine=posixaio --iodepth=8");
+    v.fsck_clean();
+}
+
+/// Each kind of POSIX AIO request and notification, and a lio_listio mixing an Iris file and a
+/// host file: the same output on tmpfs and Iris.
+#[test]
+fn posix_aio_requests_and_notifications_behave_as_on_tmpfs() {
+    let v = Volume::new("paio");
+    let bin = Program::build("posix_aio", &["-pthread", "-lrt"]);
+    let host = HostPath(format!(
+        "/dev/shm/iris-paio-hostfile-{}",
+        std::process::id()
+    ));
+    v.prints_as_on_tmpfs(
+        "paio",
+        |dir| format!("timeout 60 {} {dir} {}", bin.0, host.0),
+        "write: 0 10, signal value 7\nread: 3 [aio], thread value 9\nfdatasync: 0 0\n\
+         lio_listio: 0, host 4, iris 5 [hello]\nwrite to a read-only fd: Bad file descriptor -1\n\
+         cancel: 1\n",
+    );
+    v.fsck_clean();
+}
+
 #[test]
 fn native_aio_serves_iris_files_and_passes_host_files_to_the_kernel() {
     let v = Volume::new("aio");

@@ -27,6 +27,7 @@ mod lock_owners;
 mod locks;
 mod mappings;
 mod more;
+mod posix_aio;
 mod prefix;
 mod readiness;
 mod real;

@@ -913,3 +913,22 @@ real_fn!(
     fn(fd: c_int, t: *mut libc::termios) -> c_int,
     -1
 );
+real_fn!(real_aio_read, "aio_read", fn(cb: *mut c_void) -> c_int, -1);
+real_fn!(
+    real_aio_write,
+    "aio_write",
+    fn(cb: *mut c_void) -> c_int,
+    -1
+);
+real_fn!(
+    real_aio_fsync,
+    "aio_fsync",
+    fn(op: c_int, cb: *mut c_void) -> c_int,
+    -1
+);
+real_fn!(
+    real_lio_listio,
+    "lio_listio",
+    fn(mode: c_int, list: *const *mut c_void, n: c_int, sig: *mut libc::sigevent) -> c_int,
+    -1
+);
