@@ -35,6 +35,7 @@ mod report;
 mod route;
 mod shadow;
 mod signals;
+mod splice;
 mod state;
 mod stdio;
 mod uring;

@@ -932,3 +932,22 @@ real_fn!(
     fn(mode: c_int, list: *const *mut c_void, n: c_int, sig: *mut libc::sigevent) -> c_int,
     -1
 );
+real_fn!(
+    splice,
+    "splice",
+    fn(
+        fd_in: c_int,
+        off_in: *mut libc::loff_t,
+        fd_out: c_int,
+        off_out: *mut libc::loff_t,
+        len: size_t,
+        flags: c_uint,
+    ) -> ssize_t,
+    -1
+);
+real_fn!(
+    tee,
+    "tee",
+    fn(fd_in: c_int, fd_out: c_int, len: size_t, flags: c_uint) -> ssize_t,
+    -1
+);
