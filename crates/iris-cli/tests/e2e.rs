@@ -313,6 +313,41 @@ PY
     v.fsck_clean();
 }
 
+/// posix_spawn with file actions that open Iris paths (the child's glibc opens them with its
+/// internal open, which Iris does not see: the spawn failed with ENOENT). The same output on
+/// tmpfs and Iris, a missing file included.
+#[test]
+fn posix_spawn_file_actions_open_iris_paths() {
+    let v = Volume::new("spawnopen");
+    let script = |dir: &str| {
+        format!(
+            r#"python3 - {dir} <<'PY'
+import os, sys
+d = sys.argv[1]
+open(d + "/in", "w").write("from a file\n")
+pid = os.posix_spawn("/bin/sh", ["sh", "-c", "cat; echo to a file"], os.environ,
+    file_actions=[(os.POSIX_SPAWN_OPEN, 0, d + "/in", os.O_RDONLY, 0),
+                  (os.POSIX_SPAWN_OPEN, 1, d + "/out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)])
+print("status", os.waitpid(pid, 0)[1])
+print(open(d + "/out").read(), end="")
+try:
+    os.posix_spawn("/bin/true", ["true"], os.environ,
+        file_actions=[(os.POSIX_SPAWN_OPEN, 0, d + "/missing", os.O_RDONLY, 0)])
+    print("spawned with a missing file")
+except OSError as e:
+    print("missing:", os.strerror(e.errno))
+PY
+"#
+        )
+    };
+    v.prints_as_on_tmpfs(
+        "spawnopen",
+        script,
+        "status 0\nfrom a file\nto a file\nmissing: No such file or directory\n",
+    );
+    v.fsck_clean();
+}
+
 #[test]
 fn a_program_without_iris_can_neither_write_nor_read_through_an_inherited_iris_fd() {
     let v = Volume::new("stray");

@@ -218,3 +218,73 @@ pub unsafe extern "C" fn posix_spawnp(
     passed.restore();
     r
 }
+
+/// Fds opened for `posix_spawn_file_actions_addopen` of Iris paths, per file-actions object
+/// (its address), closed at its destroy.
+static SPAWN_OPENS: iris_fs::ForkSafeMutex<Vec<(usize, c_int)>> =
+    iris_fs::ForkSafeMutex::new(Vec::new());
+
+/// posix_spawn_file_actions_addopen of an Iris path: the spawned child opens its files with
+/// glibc's internal open, which Iris does not see (ENOENT, the spawn failed). The file is
+/// opened here, now, by Iris (close-on-exec), and the action becomes a dup2 of it onto `fd`;
+/// the open is closed when the actions are destroyed. (So the open happens at this call, and
+/// its error is this call's.)
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
+    actions: *mut libc::posix_spawn_file_actions_t,
+    fd: c_int,
+    path: *const c_char,
+    oflag: c_int,
+    mode: libc::mode_t,
+) -> c_int {
+    // SAFETY: the caller's path.
+    if path.is_null()
+        || matches!(
+            unsafe { crate::route::target(path) },
+            crate::route::Target::Host
+        )
+    {
+        // SAFETY: forwarding.
+        return unsafe { real::posix_spawn_file_actions_addopen(actions, fd, path, oflag, mode) };
+    }
+    if fd < 0 {
+        return libc::EBADF;
+    }
+    // SAFETY: Iris's own open of the caller's path.
+    let opened = unsafe { crate::calls::open(path, oflag | libc::O_CLOEXEC, mode) };
+    if opened < 0 {
+        return crate::errno::get();
+    }
+    // SAFETY: the caller's actions object.
+    let r = unsafe { real::posix_spawn_file_actions_adddup2(actions, opened, fd) };
+    if r != 0 {
+        // SAFETY: closing the fd just opened.
+        unsafe { crate::calls::close(opened) };
+        return r;
+    }
+    SPAWN_OPENS.lock().push((actions as usize, opened));
+    0
+}
+
+/// posix_spawn_file_actions_destroy: the fds opened for its Iris paths close.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_destroy(
+    actions: *mut libc::posix_spawn_file_actions_t,
+) -> c_int {
+    let mine: Vec<c_int> = {
+        let mut opens = SPAWN_OPENS.lock();
+        let mine = opens
+            .iter()
+            .filter(|(a, _)| *a == actions as usize)
+            .map(|&(_, fd)| fd)
+            .collect();
+        opens.retain(|(a, _)| *a != actions as usize);
+        mine
+    };
+    for fd in mine {
+        // SAFETY: closing an fd opened by addopen above.
+        unsafe { crate::calls::close(fd) };
+    }
+    // SAFETY: forwarding.
+    unsafe { real::posix_spawn_file_actions_destroy(actions) }
+}

@@ -951,3 +951,27 @@ real_fn!(
     fn(fd_in: c_int, fd_out: c_int, len: size_t, flags: c_uint) -> ssize_t,
     -1
 );
+real_fn!(
+    posix_spawn_file_actions_addopen,
+    "posix_spawn_file_actions_addopen",
+    fn(
+        actions: *mut libc::posix_spawn_file_actions_t,
+        fd: c_int,
+        path: *const c_char,
+        oflag: c_int,
+        mode: mode_t,
+    ) -> c_int,
+    libc::ENOSYS
+);
+real_fn!(
+    posix_spawn_file_actions_adddup2,
+    "posix_spawn_file_actions_adddup2",
+    fn(actions: *mut libc::posix_spawn_file_actions_t, fd: c_int, new: c_int) -> c_int,
+    libc::ENOSYS
+);
+real_fn!(
+    posix_spawn_file_actions_destroy,
+    "posix_spawn_file_actions_destroy",
+    fn(actions: *mut libc::posix_spawn_file_actions_t) -> c_int,
+    libc::ENOSYS
+);
