@@ -232,8 +232,9 @@ print("readahead", ctypes.CDLL(None, use_errno=True).readahead(fd, ctypes.c_long
 }
 
 /// An Iris fd passed over a Unix socket (SCM_RIGHTS) is the same open file in the receiver:
-/// it reads and writes the file and shares the sender's offset. Before, the receiver's calls
-/// went to the placeholder (EBADF).
+/// it reads and writes the file and shares the sender's offset, also when the sender closed
+/// it and opened another file before the receiver took it (the description must not be
+/// reused for that one). Before, the receiver's calls went to the placeholder (EBADF).
 #[test]
 fn an_iris_fd_passed_over_a_socket_is_the_same_open_file() {
     let v = Volume::new("scm");
@@ -263,19 +264,44 @@ child.wait()
 print("parent offset:", os.lseek(fd, 0, os.SEEK_CUR))
 print("file:", open(d + "/passed").read())
 PY
+timeout 30 python3 - {dir} <<'PY'
+import os, socket, subprocess, sys
+d = sys.argv[1]
+a, b = socket.socketpair()
+gr, gw = os.pipe()
+child = subprocess.Popen([sys.executable, "-c", """
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+os.read(int(sys.argv[2]), 1)
+msg, fds, _, _ = socket.recv_fds(s, 16, 4)
+print("received after the sender closed it:", os.read(fds[0], 5).decode(), flush=True)
+""", str(b.fileno()), str(gr)], pass_fds=[b.fileno(), gr])
+b.close()
+fd = os.open(d + "/sent", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+os.write(fd, b"first file")
+os.lseek(fd, 0, os.SEEK_SET)
+socket.send_fds(a, [b"x"], [fd])
+os.close(fd)
+other = os.open(d + "/other", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+os.write(other, b"OTHER")
+os.write(gw, b"g")
+child.wait()
+PY
 "#
         )
     };
     v.prints_as_on_tmpfs(
         "scm",
         script,
-        "received: hello\nchild offset: 11\nparent offset: 11\nfile: hello+child\n",
+        "received: hello\nchild offset: 11\nparent offset: 11\nfile: hello+child\n\
+         received after the sender closed it: first\n",
     );
     v.fsck_clean();
 }
 
-/// splice between an Iris file and a pipe, both ways, at the file offset and at a given one:
-/// the same output on tmpfs and Iris (before, the kernel refused the Iris fd: EBADF).
+/// splice between an Iris file and a pipe, both ways, at the file offset and at a given one,
+/// moving no more than the pipe takes (EAGAIN when full and non-blocking): the same output on
+/// tmpfs and Iris (before, the kernel refused the Iris fd: EBADF).
 #[test]
 fn splice_moves_bytes_between_an_iris_file_and_a_pipe() {
     let v = Volume::new("splice");
@@ -300,6 +326,24 @@ try:
 except OSError as e:
     print("file->file", os.strerror(e.errno))
 PY
+timeout 30 python3 - {dir} <<'PY'
+import os, sys
+d = sys.argv[1]
+p = d + "/big"
+open(p, "wb").write(b"z" * (1 << 20))
+fd = os.open(p, os.O_RDONLY)
+r, w = os.pipe()
+n = os.splice(fd, w, 1 << 20)          # the kernel moves what fits (64 KiB)
+print("moved", n, "drained", len(os.read(r, 1 << 20)))
+os.write(w, b"x")
+print("moved after 1 byte queued", os.splice(fd, w, 1 << 20))
+os.set_blocking(w, False)
+try:
+    os.splice(fd, w, 1 << 20)
+    print("full pipe: moved")
+except BlockingIOError:
+    print("full pipe: EAGAIN")
+PY
 "#
         )
     };
@@ -308,7 +352,8 @@ PY
         script,
         "file->pipe 6 b'012345' offset 6\nfile@10->pipe 4 b'abcd' offset 6\n\
          pipe->file 3 offset 9\npipe->file@0 2 offset 9\nfile !!2345XYZ9abcdef\n\
-         file->file Invalid argument\n",
+         file->file Invalid argument\n\
+         moved 65536 drained 65536\nmoved after 1 byte queued 61440\nfull pipe: EAGAIN\n",
     );
     v.fsck_clean();
 }

@@ -162,7 +162,10 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
                 leave();
                 let c = std::ffi::CString::new(abs).unwrap_or_default();
                 // SAFETY: a valid C string.
-                return unsafe { real::chdir(c.as_ptr()) };
+                let r = unsafe { real::chdir(c.as_ptr()) };
+                // (A lookup between `leave` and the chdir may have cached the old directory.)
+                *HOST_CWD.lock() = None;
+                return r;
             }
             chdir_iris(start, &rel, abs)
         }

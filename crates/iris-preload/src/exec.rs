@@ -221,8 +221,20 @@ pub unsafe extern "C" fn posix_spawnp(
 
 /// Fds opened for `posix_spawn_file_actions_addopen` of Iris paths, per file-actions object
 /// (its address), closed at its destroy.
-static SPAWN_OPENS: iris_fs::ForkSafeMutex<Vec<(usize, c_int)>> =
-    iris_fs::ForkSafeMutex::new(Vec::new());
+static SPAWN_OPENS: iris_fs::ForkSafeMutex<
+    Vec<(usize, c_int, std::sync::Arc<crate::fdtable::OpenFile>)>,
+> = iris_fs::ForkSafeMutex::new(Vec::new());
+
+/// Hold the table of addopen fds across a fork (see `crate::fork`).
+pub(crate) fn lock_for_fork() {
+    std::mem::forget(SPAWN_OPENS.lock());
+}
+
+/// Release what [`lock_for_fork`] took (parent and child).
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: only after lock_for_fork, whose guard was forgotten.
+    unsafe { SPAWN_OPENS.force_unlock() };
+}
 
 /// posix_spawn_file_actions_addopen of an Iris path: the spawned child opens its files with
 /// glibc's internal open, which Iris does not see (ENOENT, the spawn failed). The file is
@@ -262,7 +274,9 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
         unsafe { crate::calls::close(opened) };
         return r;
     }
-    SPAWN_OPENS.lock().push((actions as usize, opened));
+    if let Some(file) = crate::fdtable::get(opened) {
+        SPAWN_OPENS.lock().push((actions as usize, opened, file));
+    }
     0
 }
 
@@ -271,19 +285,23 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
 pub unsafe extern "C" fn posix_spawn_file_actions_destroy(
     actions: *mut libc::posix_spawn_file_actions_t,
 ) -> c_int {
-    let mine: Vec<c_int> = {
+    let mine: Vec<(c_int, std::sync::Arc<crate::fdtable::OpenFile>)> = {
         let mut opens = SPAWN_OPENS.lock();
         let mine = opens
             .iter()
-            .filter(|(a, _)| *a == actions as usize)
-            .map(|&(_, fd)| fd)
+            .filter(|(a, _, _)| *a == actions as usize)
+            .map(|(_, fd, file)| (*fd, file.clone()))
             .collect();
-        opens.retain(|(a, _)| *a != actions as usize);
+        opens.retain(|(a, _, _)| *a != actions as usize);
         mine
     };
-    for fd in mine {
-        // SAFETY: closing an fd opened by addopen above.
-        unsafe { crate::calls::close(fd) };
+    for (fd, file) in mine {
+        // Only while the number still names that open file (the program may have closed it
+        // and reused the number).
+        if crate::fdtable::get(fd).is_some_and(|f| std::sync::Arc::ptr_eq(&f, &file)) {
+            // SAFETY: closing an fd opened by addopen above.
+            unsafe { crate::calls::close(fd) };
+        }
     }
     // SAFETY: forwarding.
     unsafe { real::posix_spawn_file_actions_destroy(actions) }

@@ -28,6 +28,7 @@ extern "C" fn prepare() {
     iris_media::own_fd::lock_for_fork();
     crate::aio::lock_for_fork();
     crate::uring::lock_for_fork();
+    crate::exec::lock_for_fork();
 }
 
 extern "C" fn release_parent() {
@@ -53,6 +54,7 @@ extern "C" fn release_child() {
 
 /// Release what both sides release alike.
 fn release() {
+    crate::exec::unlock_after_fork();
     crate::uring::unlock_after_fork();
     iris_media::own_fd::unlock_after_fork();
     crate::mappings::unlock_after_fork();
@@ -62,9 +64,10 @@ fn release() {
     crate::state::unlock_after_fork();
 }
 
-/// fork: first, outside the handlers (which run while allocators hold their locks), every
-/// inheritable description gets its lock-file opens, so the child shares them (see
-/// `locks::share_before_fork`).
+/// fork: first, outside the handlers (which may run after another library's handler took its
+/// allocator's locks), every inheritable description gets its lock-file opens, so the child
+/// shares them (see `locks::share_before_fork`). glibc's own forks (`daemon`, `forkpty`,
+/// `system`) and raw `clone` do not come here: their children make their own.
 #[no_mangle]
 pub extern "C" fn fork() -> libc::pid_t {
     crate::locks::share_before_fork();

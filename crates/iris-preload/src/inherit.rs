@@ -1,7 +1,7 @@
 //! Start-up of a program image: find the Iris fds it inherited across exec (the description
 //! memfds, see `description`), put them back in the fd table, and switch the standard streams of
 //! any of fds 0-2 that are Iris files. Also Iris fds received over a socket (SCM_RIGHTS, through
-//! `recvmsg` and `recvmmsg`).
+//! `recvmsg` and `recvmmsg`; `sendmsg` and `sendmmsg` mark those sent as shared).
 
 use std::sync::Arc;
 
@@ -168,6 +168,67 @@ pub(crate) unsafe fn adopt_rights(msg: *const libc::msghdr) {
             c = libc::CMSG_NXTHDR(msg, c);
         }
     }
+}
+
+/// Iris fds about to be sent in an SCM_RIGHTS message in `msg`: their descriptions are
+/// shared from now on (the receiver maps the same page), so never reused for another open
+/// (see `Desc::retire`) after the sender closes its fd.
+///
+/// # Safety
+/// `msg` is null or the caller's message header.
+unsafe fn note_sent(msg: *const libc::msghdr) {
+    if msg.is_null() {
+        return;
+    }
+    // SAFETY: walking the caller's control messages with libc's own CMSG macros.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<i32>();
+                let head = libc::CMSG_LEN(0) as usize;
+                let n = ((*c).cmsg_len as usize).saturating_sub(head) / std::mem::size_of::<i32>();
+                for i in 0..n {
+                    if let Some(f) = fdtable::get(data.add(i).read_unaligned()) {
+                        f.desc.note_inheritable();
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+}
+
+/// sendmsg: Iris fds it passes are marked shared first (see [`note_sent`]).
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(
+    sock: libc::c_int,
+    msg: *const libc::msghdr,
+    flags: libc::c_int,
+) -> isize {
+    // SAFETY: the caller's header; forwarding.
+    unsafe {
+        note_sent(msg);
+        crate::real::sendmsg(sock, msg, flags)
+    }
+}
+
+/// sendmmsg: as [`sendmsg`], for each message.
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(
+    sock: libc::c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: libc::c_int,
+) -> libc::c_int {
+    if !msgs.is_null() {
+        for i in 0..n as usize {
+            // SAFETY: the caller's `n` headers.
+            unsafe { note_sent(&(*msgs.add(i)).msg_hdr) };
+        }
+    }
+    // SAFETY: forwarding.
+    unsafe { crate::real::sendmmsg(sock, msgs, n, flags) }
 }
 
 /// recvmsg: an Iris fd received in an SCM_RIGHTS message is taken into the fd table (see

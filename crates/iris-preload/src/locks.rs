@@ -20,10 +20,11 @@
 //! The kernel names no owner for an OFD lock: F_GETLK finds the pid of a classic holder through
 //! `lock_owners` (an OFD holder is -1, as on Linux).
 //!
-//! Across processes and exec: a description's opens of the lock files are made at the latest
-//! when the description is about to be shared (a fork, a spawn: [`share_before_fork`]), so
-//! every process holding the description holds them too and its OFD and flock locks outlive
-//! the process that took them while the description lives. An exec passes them, and the
+//! Across processes and exec: an inheritable description's opens of the lock files are made at
+//! the latest when it is about to be shared (Iris's `fork`, a spawn: [`share_before_fork`]),
+//! so every process holding it holds them too and its OFD and flock locks outlive the process
+//! that took them while the description lives. (A close-on-exec description a forked child
+//! locks without exec'ing gets its own opens there: its locks are the child's.) An exec passes them, and the
 //! process's own record-lock open, to the new image ([`pass_across_exec`], read back by
 //! [`Inherited`] at start-up): POSIX keeps record locks across exec.
 //!
@@ -404,10 +405,10 @@ fn wait_for_record_lock(fd: c_int, k: &mut Flock) -> c_int {
     if e != libc::EAGAIN && e != libc::EACCES {
         return -1;
     }
-    let Some(ino) = lock_file_ino(fd) else {
-        return -1;
-    };
-    if crate::deadlock::before_wait(fd, ino, k, || open_lock_file("waits")) {
+    // (No inode to name the lock file by: wait without looking for a deadlock.)
+    if lock_file_ino(fd)
+        .is_some_and(|ino| crate::deadlock::before_wait(fd, ino, k, || open_lock_file("waits")))
+    {
         return crate::errno::fail(libc::EDEADLK);
     }
     // SAFETY: as above.
@@ -718,7 +719,25 @@ impl Inherited {
         // ("PID:FD": another process (a child of an image that did not take it) leaves it.)
         let record = var(RECORD_FD_ENV).and_then(|v| {
             let (pid, fd) = v.split_once(':')?;
-            (pid.parse::<libc::pid_t>().ok()? == me).then_some(fd.parse().ok()?)
+            let fd: c_int = fd.parse().ok()?;
+            if pid.parse::<libc::pid_t>().ok()? != me {
+                // Another process's record-lock open, passed on by an image that did not take
+                // it: not this process's locks to keep alive.
+                if crate::fdtable::is_iris(fd) {
+                    return None;
+                }
+                let link = format!("/proc/self/fd/{fd}");
+                if std::fs::read_link(&link).is_ok_and(|t| {
+                    t.as_os_str()
+                        .as_encoded_bytes()
+                        .starts_with(format!("{LOCK_DIR}/{LOCK_PREFIX}locks-").as_bytes())
+                }) {
+                    // SAFETY: closing a stray open of a lock file.
+                    unsafe { real::close(fd) };
+                }
+                return None;
+            }
+            Some(fd)
         });
         Inherited {
             descriptions,
@@ -763,6 +782,8 @@ impl Inherited {
                 drop(unsafe { Box::from_raw(old) });
             }
             crate::lock_owners::note(fd, || open_lock_file("owners"));
+            // A wait noted by a thread the exec ended is no wait of this image.
+            crate::deadlock::clear_stale(|| open_lock_file("waits"));
             for word in &LOCKED {
                 word.store(u64::MAX, Ordering::SeqCst);
             }

@@ -42,7 +42,7 @@ enum Op {
 }
 
 /// Carry out `cb` on its Iris fd and leave the result for `aio_error`/`aio_return`, then
-/// notify as it asks (`notify_it`; not for a `lio_listio` that waits).
+/// notify as it asks (if `notify_it`).
 ///
 /// # Safety
 /// `cb` is the caller's valid request, its buffer as it describes it.
@@ -90,7 +90,8 @@ fn notify(ev: &sigevent) {
             };
             if let Some(f) = f {
                 let v = ev.sigev_value.sival_ptr as usize;
-                std::thread::spawn(move || {
+                // (No thread to be had: the notification is lost, as it would be in glibc.)
+                let _ = std::thread::Builder::new().spawn(move || {
                     f(libc::sigval {
                         sival_ptr: v as *mut c_void,
                     })
@@ -171,8 +172,10 @@ pub unsafe extern "C" fn aio_fsync64(op: c_int, cb: *mut Aiocb) -> c_int {
     unsafe { aio_fsync(op, cb) }
 }
 
-/// lio_listio: the requests on Iris fds are carried out here, the others (the list with those
-/// left out) go to glibc, which waits for them (LIO_WAIT) and makes the list's notification.
+/// lio_listio: the requests on Iris fds are carried out here (each notified as it asks, as
+/// glibc does), the others (the list with those left out) go to glibc, which waits for them
+/// (LIO_WAIT) and makes the list's notification. Under LIO_WAIT a failed request makes the
+/// call fail with EIO, as glibc's does.
 #[no_mangle]
 pub unsafe extern "C" fn lio_listio(
     mode: c_int,
@@ -180,8 +183,8 @@ pub unsafe extern "C" fn lio_listio(
     n: c_int,
     sig: *mut sigevent,
 ) -> c_int {
-    if list.is_null() || n <= 0 {
-        // SAFETY: forwarding.
+    if list.is_null() || n <= 0 || !matches!(mode, libc::LIO_WAIT | libc::LIO_NOWAIT) {
+        // SAFETY: forwarding (glibc's own answer: EINVAL for a bad mode).
         return unsafe { real_lio_listio(mode, list.cast(), n, sig) };
     }
     // SAFETY: the caller's `n` entries.
@@ -193,6 +196,7 @@ pub unsafe extern "C" fn lio_listio(
         return unsafe { real_lio_listio(mode, list.cast(), n, sig) };
     }
     let mut rest = Vec::with_capacity(entries.len());
+    let mut failed = false;
     for &cb in entries {
         if iris(cb) {
             // SAFETY: the caller's request on an Iris fd.
@@ -203,7 +207,9 @@ pub unsafe extern "C" fn lio_listio(
             };
             if let Some(op) = op {
                 // SAFETY: as above.
-                unsafe { serve(cb, op, mode == libc::LIO_NOWAIT) };
+                unsafe { serve(cb, op, true) };
+                // SAFETY: as above (the result just written).
+                failed |= unsafe { (*cb).return_value } < 0;
             }
             rest.push(std::ptr::null_mut());
         } else {
@@ -211,7 +217,11 @@ pub unsafe extern "C" fn lio_listio(
         }
     }
     // SAFETY: the caller's list with the Iris requests left out (null entries are skipped).
-    unsafe { real_lio_listio(mode, rest.as_ptr().cast(), n, sig) }
+    let r = unsafe { real_lio_listio(mode, rest.as_ptr().cast(), n, sig) };
+    if r == 0 && failed && mode == libc::LIO_WAIT {
+        return crate::errno::fail(libc::EIO);
+    }
+    r
 }
 
 #[no_mangle]

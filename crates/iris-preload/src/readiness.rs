@@ -211,6 +211,13 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
             };
             // SAFETY: Iris's own fcntl on the caller's fd.
             let fl = unsafe { crate::calls::fcntl(fd, libc::F_GETFL, 0) };
+            if fl < 0 {
+                return -1;
+            }
+            if req == libc::FIOASYNC && on && fl & bit == 0 {
+                // A tmpfs file has no async notification to turn on.
+                return fail(libc::ENOTTY);
+            }
             let fl = if on { fl | bit } else { fl & !bit };
             // SAFETY: as above.
             unsafe { crate::calls::fcntl(fd, libc::F_SETFL, fl as usize) }

@@ -975,3 +975,15 @@ real_fn!(
     fn(actions: *mut libc::posix_spawn_file_actions_t) -> c_int,
     libc::ENOSYS
 );
+real_fn!(
+    sendmsg,
+    "sendmsg",
+    fn(sock: c_int, msg: *const libc::msghdr, flags: c_int) -> isize,
+    -1
+);
+real_fn!(
+    sendmmsg,
+    "sendmmsg",
+    fn(sock: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int,
+    -1
+);

@@ -32,19 +32,63 @@ pub unsafe extern "C" fn splice(
         // One side must be a pipe.
         return fail(libc::EINVAL);
     }
-    let mut buf = vec![0u8; len.min(MOST)];
     if from_iris {
         if !off_out.is_null() {
             return fail(libc::ESPIPE); // the pipe side has no offset
         }
+        // As much as the pipe takes now (as the kernel moves): a splice into a pipe the
+        // caller drains itself must not block on more than fits.
+        let room = match pipe_room(fd_out, flags) {
+            Ok(room) => room,
+            Err(e) => return fail(e),
+        };
+        let mut buf = vec![0u8; len.min(room).min(MOST)];
         // SAFETY: Iris's own calls on the caller's fds and offset.
         unsafe { from_file(fd_in, off_in, fd_out, &mut buf) }
     } else {
+        let mut buf = vec![0u8; len.min(MOST)];
         if !off_in.is_null() {
             return fail(libc::ESPIPE);
         }
         // SAFETY: as above.
         unsafe { into_file(fd_in, fd_out, off_out, &mut buf) }
+    }
+}
+
+/// Free bytes in pipe `pipe`, waiting for some unless the pipe or `flags` say not to
+/// (EAGAIN); EINVAL if it is not a pipe.
+fn pipe_room(pipe: c_int, flags: c_uint) -> Result<usize, c_int> {
+    loop {
+        // SAFETY: F_GETPIPE_SZ and FIONREAD on the caller's fd; `queued` is a live int.
+        let (size, queued) = unsafe {
+            let size = crate::real::fcntl(pipe, libc::F_GETPIPE_SZ, 0);
+            let mut queued: c_int = 0;
+            let q = libc::ioctl(pipe, libc::FIONREAD, &mut queued);
+            (size, if q < 0 { -1 } else { queued })
+        };
+        if size < 0 || queued < 0 {
+            return Err(libc::EINVAL);
+        }
+        // (A pipe holds whole pages: what is queued may take a page it only partly fills.)
+        let room = (size - (queued as u32).next_multiple_of(4096) as c_int).max(0) as usize;
+        if room > 0 {
+            return Ok(room);
+        }
+        // SAFETY: F_GETFL on the caller's fd.
+        let nonblock =
+            unsafe { crate::real::fcntl(pipe, libc::F_GETFL, 0) } & libc::O_NONBLOCK != 0;
+        if flags & libc::SPLICE_F_NONBLOCK != 0 || nonblock {
+            return Err(libc::EAGAIN);
+        }
+        let mut p = libc::pollfd {
+            fd: pipe,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: poll of one live pollfd (the caller's pipe: no Iris fd).
+        if unsafe { crate::real::real_poll(&mut p, 1, -1) } < 0 {
+            return Err(crate::errno::get());
+        }
     }
 }
 

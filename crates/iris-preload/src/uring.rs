@@ -263,11 +263,15 @@ impl Ring {
             // SAFETY: slot < entries, so the request lies inside the mapped array.
             let sqe = unsafe { &mut *self.sqes.add(slot as usize * self.stride).cast::<Sqe>() };
             let flags = sqe.flags;
+            let before = chain;
             chain = serve_one(sqe, chain);
             if flags & (SQE_IO_LINK | SQE_IO_HARDLINK) == 0 {
                 chain = Chain::None;
-            } else if flags & SQE_IO_HARDLINK != 0 && chain == Chain::Failed {
-                // A hard link goes on after a failure.
+            } else if flags & SQE_IO_HARDLINK != 0
+                && chain == Chain::Failed
+                && before != Chain::Failed
+            {
+                // A hard link goes on after its own failure (not after a cancellation).
                 chain = Chain::Served;
             }
         }
@@ -432,7 +436,11 @@ unsafe fn carry_out(sqe: &Sqe) -> i32 {
             OP_POLL_ADD => {
                 let ready =
                     (libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM) as u32;
-                (sqe.op_flags & ready) as i32
+                match sqe.op_flags & ready {
+                    // Only events a file never has: Linux would never complete it.
+                    0 => -libc::EOPNOTSUPP,
+                    m => m as i32,
+                }
             }
             _ => -libc::EOPNOTSUPP,
         }
