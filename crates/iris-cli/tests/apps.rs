@@ -128,6 +128,57 @@ PY
     );
 }
 
+/// A deadlock through any waiting thread of a process is seen: the parent holds byte 0 and two
+/// of its threads wait, one for byte 1 (held by child q), then one for byte 2 (held by r); q
+/// then asks for byte 0. Linux itself follows one wait per process and here waits for ever
+/// (tried on tmpfs), so only Iris's answer is checked.
+#[test]
+fn a_deadlock_through_any_waiting_thread_of_a_process_is_seen() {
+    let v = Volume::new("deadlock2");
+    let out = v.sh_ok(&format!(
+        "timeout 60 python3 - /iris <<'PY'\n{}PY\n",
+        r#"import fcntl, os, subprocess, sys, threading, time
+p = sys.argv[1] + "/dl2"
+open(p, "w").write("xxx")
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+byte = int(sys.argv[2])
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, byte)
+print("ready", flush=True)
+cmd = sys.stdin.readline().strip()
+if cmd == "ask":
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+        print("got byte 0", flush=True)
+    except OSError as e:
+        print(os.strerror(e.errno), flush=True)
+"""
+def start(byte):
+    c = subprocess.Popen([sys.executable, "-c", HOLDER, p, str(byte)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    c.stdout.readline()
+    return c
+fd = os.open(p, os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+q, r = start(1), start(2)
+got = []
+def wait_for(byte):
+    fcntl.lockf(fd, fcntl.LOCK_EX, 1, byte)
+    got.append(byte)
+b = threading.Thread(target=wait_for, args=(1,)); b.start(); time.sleep(0.5)
+c = threading.Thread(target=wait_for, args=(2,)); c.start(); time.sleep(0.5)
+q.stdin.write("ask\n"); q.stdin.flush()
+print("q:", q.stdout.readline().strip(), flush=True)
+q.stdin.close(); q.wait()
+r.stdin.write("exit\n"); r.stdin.flush(); r.stdin.close(); r.wait()
+b.join(); c.join()
+print("threads got", sorted(got))
+"#
+    ));
+    assert_eq!(out, "q: Resource deadlock avoided\nthreads got [1, 2]\n");
+}
+
 /// Locks follow what owns them across exec and across processes: a shell's `exec 9>f; flock 9`
 /// (flock(1) is a child that takes the lock on the shell's description and exits) leaves the
 /// lock with the shell until `flock -u 9`; a program that takes a flock, OFD or record lock and

@@ -1,9 +1,11 @@
 //! Deadlock detection for classic record locks (F_SETLKW fails with EDEADLK, as Linux's does
 //! for POSIX locks). Iris keeps classic locks as OFD locks (see `locks`), for which the kernel
-//! detects nothing, so a process about to wait notes whom it waits for, the holder of the lock
-//! its request conflicts with, in a per-volume table beside the lock files (a record per pid),
-//! and follows the chain of noted waits from that holder: if it comes back to the process
-//! itself, waiting would never end. As on Linux, only the first conflicting lock of each wait
+//! detects nothing, so a thread about to wait notes whom its process waits for, the holder of
+//! the lock its request conflicts with, in a per-volume table beside the lock files (a record
+//! per thread id, naming its process), and follows the chain of noted waits from that holder
+//! (the waits of each of its threads): if it comes back to the process itself, waiting would
+//! never end. (Record locks belong to processes: any thread of the holder may be the one
+//! waiting.) As on Linux, only the first conflicting lock of each wait
 //! is followed, and the chain at most [`MAX_DEPTH`] steps. Two processes that start waiting for
 //! each other at the same instant may both be told EDEADLK (Linux tells the second).
 
@@ -21,8 +23,8 @@ const RECORD: i64 = 32;
 /// Marks a record in use.
 const NOTED: u32 = 0x5741_4954;
 
-/// A noted wait: `pid` waits for `blocker`, which holds `[start, start + len)` (`len` 0: to
-/// the end) of the record-lock file.
+/// A noted wait: a thread of process `pid` waits for process `blocker`, which holds
+/// `[start, start + len)` (`len` 0: to the end) of the record-lock file.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 struct Wait {
@@ -30,7 +32,7 @@ struct Wait {
     mark: u32,
     start: i64,
     len: i64,
-    pad: i64,
+    pid: i64,
 }
 
 const _: () = assert!(std::mem::size_of::<Wait>() == RECORD as usize);
@@ -65,7 +67,7 @@ fn table(open: impl FnOnce() -> Option<c_int>) -> Option<c_int> {
     }
 }
 
-fn read(fd: c_int, pid: pid_t) -> Option<Wait> {
+fn read(fd: c_int, tid: pid_t) -> Option<Wait> {
     let mut w = Wait::default();
     // SAFETY: reading RECORD bytes into a live struct of that size.
     let n = unsafe {
@@ -73,20 +75,20 @@ fn read(fd: c_int, pid: pid_t) -> Option<Wait> {
             fd,
             std::ptr::from_mut(&mut w).cast(),
             RECORD as usize,
-            i64::from(pid) * RECORD,
+            i64::from(tid) * RECORD,
         )
     };
     (n == RECORD as isize && w.mark == NOTED).then_some(w)
 }
 
-fn write(fd: c_int, pid: pid_t, w: &Wait) {
+fn write(fd: c_int, tid: pid_t, w: &Wait) {
     // SAFETY: writing RECORD bytes of a live struct.
     unsafe {
         real::pwrite(
             fd,
             std::ptr::from_ref(w).cast(),
             RECORD as usize,
-            i64::from(pid) * RECORD,
+            i64::from(tid) * RECORD,
         )
     };
 }
@@ -96,10 +98,29 @@ fn me() -> pid_t {
     unsafe { libc::getpid() }
 }
 
-/// Forget any wait noted under this pid (by an earlier process that had it and died waiting).
+fn my_tid() -> pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// The waits noted by the threads of process `pid`.
+fn waits_of(fd: c_int, pid: pid_t) -> Vec<Wait> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<pid_t>().ok())
+        .filter_map(|tid| read(fd, tid))
+        .filter(|w| w.pid == i64::from(pid))
+        .collect()
+}
+
+/// Forget any wait noted under this thread's id (by an earlier thread that had it and died
+/// waiting, or by this thread before an exec).
 pub(crate) fn clear_stale(open: impl FnOnce() -> Option<c_int>) {
     if let Some(fd) = table(open) {
-        write(fd, me(), &Wait::default());
+        write(fd, my_tid(), &Wait::default());
     }
 }
 
@@ -132,28 +153,42 @@ pub(crate) fn before_wait(
     let me = me();
     write(
         fd,
-        me,
+        my_tid(),
         &Wait {
             blocker,
             mark: NOTED,
             start: q.l_start,
             len: q.l_len,
-            pad: 0,
+            pid: i64::from(me),
         },
     );
-    let mut at = blocker;
+    // Breadth first over the processes waited for, at most MAX_DEPTH steps from this one.
+    let mut frontier = vec![blocker];
+    let mut seen = vec![me];
     for _ in 0..MAX_DEPTH {
-        let Some(w) = read(fd, at) else { break };
-        // A note outlives its wait only when its process died waiting: the lock it names must
-        // still be its blocker's.
-        if !crate::lock_owners::holds_lock(w.blocker, ino, w.start, w.len) {
+        let mut next = Vec::new();
+        for at in frontier {
+            if seen.contains(&at) {
+                continue;
+            }
+            seen.push(at);
+            for w in waits_of(fd, at) {
+                // A note outlives its wait only when its thread died waiting: the lock it
+                // names must still be its blocker's.
+                if !crate::lock_owners::holds_lock(w.blocker, ino, w.start, w.len) {
+                    continue;
+                }
+                if w.blocker == me {
+                    write(fd, my_tid(), &Wait::default());
+                    return true;
+                }
+                next.push(w.blocker);
+            }
+        }
+        if next.is_empty() {
             break;
         }
-        if w.blocker == me {
-            write(fd, me, &Wait::default());
-            return true;
-        }
-        at = w.blocker;
+        frontier = next;
     }
     false
 }
@@ -163,6 +198,6 @@ pub(crate) fn after_wait() {
     let p = TABLE.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: as in `table`.
-        write(unsafe { &*p }.raw(), me(), &Wait::default());
+        write(unsafe { &*p }.raw(), my_tid(), &Wait::default());
     }
 }
