@@ -538,13 +538,21 @@ rsync -a $d/src/ $d/dst/ && cat $d/dst/sub/f
 ln -s src/sub $d/l && echo three > $d/src/g2
 (cd $up && cat $me/l/../g2)
 cat /$d/g/ 2>/dev/null || echo "g/ is not a directory"
+python3 -c '
+import ctypes, os, sys
+up, me = sys.argv[1], sys.argv[2]
+os.chdir("/tmp")
+os.path.exists("../no-such-dir-here")
+ctypes.CDLL(None).syscall(80, up.encode())  # a raw chdir (SYS_chdir), unseen by libc
+print(open(me + "/g").read().strip())
+' $up $me
 "#
         )
     };
     v.prints_as_on_tmpfs(
         "hostrel",
         script,
-        "two\ntwo\ntwo\ntwo\nTrue\n['sub']\nTrue\none\nthree\ng/ is not a directory\n",
+        "two\ntwo\ntwo\ntwo\nTrue\n['sub']\nTrue\none\nthree\ng/ is not a directory\ntwo\n",
     );
     v.fsck_clean();
 }

@@ -100,6 +100,12 @@ fn leave() {
 /// chdir), for relative paths that climb out of it (see `route::through_host_dir`).
 static HOST_CWD: Mutex<Option<Vec<u8>>> = Mutex::new(None);
 
+/// The host working directory changed where Iris did not see it (a raw system call).
+pub(crate) fn forget_host_cwd() {
+    let _b = Busy::enter();
+    *HOST_CWD.lock() = None;
+}
+
 /// Call `f` with the host working directory's path (asked once per chdir).
 pub(crate) fn with_host_cwd<R>(f: impl FnOnce(&[u8]) -> Option<R>) -> Option<R> {
     // (Signals wait: a handler's path call would find the lock held by its own thread.)

@@ -724,8 +724,8 @@ pub(crate) fn unlock_after_fork() {
     unsafe { RINGS.force_unlock() };
 }
 
-/// libc's `syscall()`: io_uring's three system calls are followed here, every other goes to
-/// libc untouched. (Variadic in C; on x86-64 and aarch64 its integer arguments travel as six
+/// libc's `syscall()`: io_uring's three system calls are followed here (and a raw chdir or
+/// fchdir drops the cached host working directory), every other goes to libc untouched. (Variadic in C; on x86-64 and aarch64 its integer arguments travel as six
 /// fixed ones do, and libc reads six whatever the call.)
 ///
 /// # Safety
@@ -745,6 +745,12 @@ pub unsafe extern "C" fn syscall(
         libc::SYS_io_uring_setup => unsafe { setup(a1, a2) },
         libc::SYS_io_uring_enter => unsafe { enter([a1, a2, a3, a4, a5, a6]) },
         libc::SYS_io_uring_register => unsafe { register([a1, a2, a3, a4, a5, a6]) },
+        libc::SYS_chdir | libc::SYS_fchdir => {
+            let r = unsafe { crate::real::syscall(n, a1, a2, a3, a4, a5, a6) };
+            // The host working directory moved unseen: its cached path is stale.
+            crate::cwd::forget_host_cwd();
+            r
+        }
         _ => unsafe { crate::real::syscall(n, a1, a2, a3, a4, a5, a6) },
     }
 }
