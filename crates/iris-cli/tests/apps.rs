@@ -92,10 +92,9 @@ open("/iris/seen2", "w").close()
 #[test]
 fn a_record_lock_wait_that_would_never_end_fails_with_edeadlk() {
     let v = Volume::new("deadlock");
-    let script = |dir: &str| {
-        format!(
-            r#"timeout 30 python3 - {dir} <<'PY'
-import fcntl, os, sys, time
+    v.python_prints_as_on_tmpfs(
+        "deadlock",
+        &[r#"import fcntl, os, sys, time
 p = sys.argv[1] + "/dl"
 open(p, "w").write("xx")
 r1, w1 = os.pipe(); r2, w2 = os.pipe()
@@ -117,13 +116,7 @@ os.write(w2, b"1")
 fcntl.lockf(fd, fcntl.LOCK_EX, 1, 1)
 print("parent got byte 1 once the child was gone", flush=True)
 os.waitpid(pid, 0)
-PY
-"#
-        )
-    };
-    v.prints_as_on_tmpfs(
-        "deadlock",
-        script,
+"#],
         "child: Resource deadlock avoided\nparent got byte 1 once the child was gone\n",
     );
 }

@@ -238,10 +238,10 @@ print("readahead", ctypes.CDLL(None, use_errno=True).readahead(fd, ctypes.c_long
 #[test]
 fn an_iris_fd_passed_over_a_socket_is_the_same_open_file() {
     let v = Volume::new("scm");
-    let script = |dir: &str| {
-        format!(
-            r#"timeout 30 python3 - {dir} <<'PY'
-import os, socket, subprocess, sys
+    v.python_prints_as_on_tmpfs(
+        "scm",
+        &[
+            r#"import os, socket, subprocess, sys
 d = sys.argv[1]
 a, b = socket.socketpair()
 child = subprocess.Popen([sys.executable, "-c", """
@@ -263,9 +263,8 @@ a.recv(4)
 child.wait()
 print("parent offset:", os.lseek(fd, 0, os.SEEK_CUR))
 print("file:", open(d + "/passed").read())
-PY
-timeout 30 python3 - {dir} <<'PY'
-import os, socket, subprocess, sys
+"#,
+            r#"import os, socket, subprocess, sys
 d = sys.argv[1]
 a, b = socket.socketpair()
 gr, gw = os.pipe()
@@ -286,13 +285,8 @@ other = os.open(d + "/other", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
 os.write(other, b"OTHER")
 os.write(gw, b"g")
 child.wait()
-PY
-"#
-        )
-    };
-    v.prints_as_on_tmpfs(
-        "scm",
-        script,
+"#,
+        ],
         "received: hello\nchild offset: 11\nparent offset: 11\nfile: hello+child\n\
          received after the sender closed it: first\n",
     );
@@ -305,10 +299,10 @@ PY
 #[test]
 fn splice_moves_bytes_between_an_iris_file_and_a_pipe() {
     let v = Volume::new("splice");
-    let script = |dir: &str| {
-        format!(
-            r#"python3 - {dir} <<'PY'
-import os, sys
+    v.python_prints_as_on_tmpfs(
+        "splice",
+        &[
+            r#"import os, sys
 d = sys.argv[1]
 p = d + "/spl"
 open(p, "w").write("0123456789abcdef")
@@ -325,9 +319,8 @@ try:
     os.splice(fd, fd, 1)
 except OSError as e:
     print("file->file", os.strerror(e.errno))
-PY
-timeout 30 python3 - {dir} <<'PY'
-import os, sys
+"#,
+            r#"import os, sys
 d = sys.argv[1]
 p = d + "/big"
 open(p, "wb").write(b"z" * (1 << 20))
@@ -343,13 +336,8 @@ try:
     print("full pipe: moved")
 except BlockingIOError:
     print("full pipe: EAGAIN")
-PY
-"#
-        )
-    };
-    v.prints_as_on_tmpfs(
-        "splice",
-        script,
+"#,
+        ],
         "file->pipe 6 b'012345' offset 6\nfile@10->pipe 4 b'abcd' offset 6\n\
          pipe->file 3 offset 9\npipe->file@0 2 offset 9\nfile !!2345XYZ9abcdef\n\
          file->file Invalid argument\n\
@@ -364,10 +352,10 @@ PY
 #[test]
 fn posix_spawn_file_actions_open_iris_paths() {
     let v = Volume::new("spawnopen");
-    let script = |dir: &str| {
-        format!(
-            r#"python3 - {dir} <<'PY'
-import os, sys
+    v.python_prints_as_on_tmpfs(
+        "spawnopen",
+        &[
+            r#"import os, sys
 d = sys.argv[1]
 open(d + "/in", "w").write("from a file\n")
 pid = os.posix_spawn("/bin/sh", ["sh", "-c", "cat; echo to a file"], os.environ,
@@ -381,13 +369,8 @@ try:
     print("spawned with a missing file")
 except OSError as e:
     print("missing:", os.strerror(e.errno))
-PY
-"#
-        )
-    };
-    v.prints_as_on_tmpfs(
-        "spawnopen",
-        script,
+"#,
+        ],
         "status 0\nfrom a file\nto a file\nmissing: No such file or directory\n",
     );
     v.fsck_clean();

@@ -65,22 +65,8 @@ extern "C" fn on_load() {
         let Some(desc) = Desc::adopt(fd, volume_id) else {
             continue;
         };
-        let s = desc.shared();
-        let ino = s.ino.load(std::sync::atomic::Ordering::Relaxed);
-        let is_dir = s.is_dir.load(std::sync::atomic::Ordering::Relaxed) != 0;
-        let path = desc.path();
         let (flock_fd, ofd_fd) = passed.for_description(fd);
-        fs.retain(ino);
-        let file = Arc::new(OpenFile {
-            ino,
-            cache: fs.file_cache(ino),
-            is_dir,
-            desc,
-            path,
-            flock_fd,
-            ofd_fd,
-            _count: fdtable::OpenCount(ino),
-        });
+        let file = open_file(fs, desc, flock_fd, ofd_fd);
         if let Some(m) = memfd {
             adopted.push((m, file.clone()));
         }
@@ -124,24 +110,32 @@ pub(crate) fn adopt_received(fd: i32) {
     let Some(desc) = Desc::adopt(fd, fs.store().volume_id()) else {
         return;
     };
+    let (flock_fd, ofd_fd) = (crate::locks::LockFd::new(), crate::locks::LockFd::new());
+    fdtable::install(fd, open_file(fs, desc, flock_fd, ofd_fd));
+}
+
+/// The open file of adopted description `desc` (its inode's open count taken).
+fn open_file(
+    fs: &iris_fs::Fs,
+    desc: Desc,
+    flock_fd: crate::locks::LockFd,
+    ofd_fd: crate::locks::LockFd,
+) -> Arc<OpenFile> {
     let s = desc.shared();
     let ino = s.ino.load(std::sync::atomic::Ordering::Relaxed);
     let is_dir = s.is_dir.load(std::sync::atomic::Ordering::Relaxed) != 0;
     let path = desc.path();
     fs.retain(ino);
-    fdtable::install(
-        fd,
-        Arc::new(OpenFile {
-            ino,
-            cache: fs.file_cache(ino),
-            is_dir,
-            desc,
-            path,
-            flock_fd: crate::locks::LockFd::new(),
-            ofd_fd: crate::locks::LockFd::new(),
-            _count: fdtable::OpenCount(ino),
-        }),
-    );
+    Arc::new(OpenFile {
+        ino,
+        cache: fs.file_cache(ino),
+        is_dir,
+        desc,
+        path,
+        flock_fd,
+        ofd_fd,
+        _count: fdtable::OpenCount(ino),
+    })
 }
 
 /// The fds an SCM_RIGHTS message in `msg` (just received) carries, each adopted if it is an
@@ -150,10 +144,19 @@ pub(crate) fn adopt_received(fd: i32) {
 /// # Safety
 /// `msg` is a message header the kernel just filled in.
 pub(crate) unsafe fn adopt_rights(msg: *const libc::msghdr) {
+    // SAFETY: the header the kernel just filled in.
+    unsafe { each_passed_fd(msg, adopt_received) };
+}
+
+/// Call `f` with each fd an SCM_RIGHTS control message of `msg` carries.
+///
+/// # Safety
+/// `msg` is null or a valid message header (its control buffer as its fields say).
+unsafe fn each_passed_fd(msg: *const libc::msghdr, mut f: impl FnMut(i32)) {
     if msg.is_null() {
         return;
     }
-    // SAFETY: walking the control messages the kernel wrote, with libc's own CMSG macros.
+    // SAFETY: walking the control messages with libc's own CMSG macros.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(msg);
         while !c.is_null() {
@@ -162,7 +165,7 @@ pub(crate) unsafe fn adopt_rights(msg: *const libc::msghdr) {
                 let head = libc::CMSG_LEN(0) as usize;
                 let n = ((*c).cmsg_len as usize).saturating_sub(head) / std::mem::size_of::<i32>();
                 for i in 0..n {
-                    adopt_received(data.add(i).read_unaligned());
+                    f(data.add(i).read_unaligned());
                 }
             }
             c = libc::CMSG_NXTHDR(msg, c);
@@ -177,26 +180,14 @@ pub(crate) unsafe fn adopt_rights(msg: *const libc::msghdr) {
 /// # Safety
 /// `msg` is null or the caller's message header.
 unsafe fn note_sent(msg: *const libc::msghdr) {
-    if msg.is_null() {
-        return;
-    }
-    // SAFETY: walking the caller's control messages with libc's own CMSG macros.
+    // SAFETY: the caller's header.
     unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<i32>();
-                let head = libc::CMSG_LEN(0) as usize;
-                let n = ((*c).cmsg_len as usize).saturating_sub(head) / std::mem::size_of::<i32>();
-                for i in 0..n {
-                    if let Some(f) = fdtable::get(data.add(i).read_unaligned()) {
-                        f.desc.note_inheritable();
-                    }
-                }
+        each_passed_fd(msg, |fd| {
+            if let Some(f) = fdtable::get(fd) {
+                f.desc.note_inheritable();
             }
-            c = libc::CMSG_NXTHDR(msg, c);
-        }
-    }
+        })
+    };
 }
 
 /// sendmsg: Iris fds it passes are marked shared first (see [`note_sent`]).

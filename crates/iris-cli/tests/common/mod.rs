@@ -69,6 +69,21 @@ impl Volume {
         assert_eq!(self.sh_ok(&script("/iris")), expected);
     }
 
+    /// [`Volume::prints_as_on_tmpfs`] for Python programs: each of `programs` runs in turn as
+    /// `python3 - DIR` (under a timeout), DIR the tmpfs directory or `/iris`.
+    pub fn python_prints_as_on_tmpfs(&self, name: &str, programs: &[&str], expected: &str) {
+        self.prints_as_on_tmpfs(
+            name,
+            |dir| {
+                programs
+                    .iter()
+                    .map(|p| format!("timeout 60 python3 - {dir} <<'PY'\n{p}PY\n"))
+                    .collect::<String>()
+            },
+            expected,
+        );
+    }
+
     /// `iris fsck` must pass.
     pub fn fsck_clean(&self) {
         let out = Command::new(IRIS)
