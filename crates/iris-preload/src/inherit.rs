@@ -84,6 +84,13 @@ extern "C" fn on_load() {
 /// description page), as a passed fd does on Linux. (Its flock and OFD locks are the
 /// receiver's own: the sender's lock-file opens do not travel with it.)
 pub(crate) fn adopt_received(fd: i32) {
+    // An Iris fd is an O_PATH open (see `description`): most received fds are not, and cost
+    // one fcntl.
+    // SAFETY: F_GETFL changes nothing.
+    let flags = unsafe { crate::real::fcntl(fd, libc::F_GETFL, 0) };
+    if flags < 0 || flags & libc::O_PATH == 0 {
+        return;
+    }
     let link = format!("/proc/self/fd/{fd}");
     let is_desc = std::fs::read_link(&link).is_ok_and(|t| {
         t.as_os_str()
