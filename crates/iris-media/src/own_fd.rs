@@ -185,7 +185,7 @@ pub fn relocate(fd: RawFd) -> bool {
     }
     let _g = TABLE.lock();
     let Some(i) = live_slot(fd) else { return true };
-    let to = place_high_keep(fd);
+    let to = place_high_keep(fd, floor());
     if to < 0 {
         return false;
     }
@@ -270,13 +270,14 @@ pub fn floor() -> RawFd {
     RawFd::try_from((lim.rlim_cur / 2).min(512)).unwrap_or(512)
 }
 
-// The system calls themselves, not libc's functions: under the interposer those are its own,
-// which look this table up (and may take other locks) again.
+// The system calls themselves, not libc's `fcntl` and `close`: under the interposer those are
+// its own, which look this table up (and may take other locks) again. (The interposer's
+// `syscall` passes these numbers straight to libc's.)
 
-/// A close-on-exec duplicate of `fd` at or above [`floor`] (-1 if none), `fd` left open.
-fn place_high_keep(fd: RawFd) -> RawFd {
+/// A close-on-exec duplicate of `fd` at or above `floor` (-1 if none), `fd` left open.
+fn place_high_keep(fd: RawFd, floor: RawFd) -> RawFd {
     // SAFETY: duplicating a descriptor changes no memory.
-    unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, floor()) as RawFd }
+    unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, floor) as RawFd }
 }
 
 /// Set close-on-exec on `fd`.
@@ -291,9 +292,15 @@ fn close(fd: RawFd) {
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
-/// `fd` moved to a high number (see [`place_high_keep`]); `fd` itself if it cannot move.
+/// `fd` moved to a high number (see [`place_high_keep`]); `fd` itself if it is high already
+/// (one an exec passed on) or cannot move.
 fn place_high(fd: RawFd) -> RawFd {
-    let to = place_high_keep(fd);
+    let floor = floor();
+    if floor > 0 && fd >= floor {
+        set_cloexec(fd);
+        return fd;
+    }
+    let to = place_high_keep(fd, floor);
     if to < 0 {
         set_cloexec(fd);
         return fd;

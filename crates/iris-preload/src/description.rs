@@ -96,10 +96,10 @@ fn map_rw(fd: i32) -> Option<*mut SharedDesc> {
 /// Map the description page of placeholder `fd`: an O_PATH open (see [`Desc::make`]), so through a
 /// read-write open of the same memfd, closed again.
 fn map(fd: i32) -> Option<*mut SharedDesc> {
-    if let Some(p) = map_rw(fd) {
-        return Some(p);
-    }
-    let rw = reopen(fd, libc::O_RDWR | libc::O_CLOEXEC)?;
+    let Some(rw) = reopen(fd, libc::O_RDWR | libc::O_CLOEXEC) else {
+        // (Without /proc: the fd may be the read-write open itself.)
+        return map_rw(fd);
+    };
     let p = map_rw(rw);
     // SAFETY: closing the open made above.
     unsafe { real::close(rw) };

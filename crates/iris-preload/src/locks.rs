@@ -24,9 +24,9 @@
 //! the latest when it is about to be shared (Iris's `fork`, a spawn: [`share_before_fork`]),
 //! so every process holding it holds them too and its OFD and flock locks outlive the process
 //! that took them while the description lives. (A close-on-exec description a forked child
-//! locks without exec'ing gets its own opens there: its locks are the child's.) An exec passes them, and the
-//! process's own record-lock open, to the new image ([`pass_across_exec`], read back by
-//! [`Inherited`] at start-up): POSIX keeps record locks across exec.
+//! locks without exec'ing gets its own opens there: its locks are the child's.) An exec passes
+//! them, and the process's own record-lock open, to the new image ([`pass_across_exec`], read
+//! back by [`Inherited`] at start-up): POSIX keeps record locks across exec.
 //!
 //! Limits: inode numbers up to 2^27 and byte ranges within the first 64 GiB of a file (ranges
 //! beyond are clamped to the window's end). F_SETLKW detects deadlocks between classic locks
@@ -821,6 +821,32 @@ fn checked_lock_fd(fd: c_int, kind: &str) -> Option<OwnFd> {
     if fd < 0 {
         return None;
     }
+    let st = lock_file_stat(kind)?;
+    // SAFETY: all-zero is a valid struct stat, which fstat fills.
+    let mut at: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of a number the previous image named, into a live struct.
+    let same = unsafe { real::fstat(fd, &mut at) } == 0 && at.st_dev == st.0 && at.st_ino == st.1;
+    same.then(|| OwnFd::adopt(fd))?
+}
+
+/// (device, inode) of this volume's lock file `kind`, looked up once per kind at start-up.
+fn lock_file_stat(kind: &str) -> Option<(libc::dev_t, libc::ino_t)> {
+    thread_local! {
+        static SEEN: std::cell::RefCell<Vec<(String, (libc::dev_t, libc::ino_t))>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    if let Some(id) = SEEN
+        .try_with(|s| {
+            s.borrow()
+                .iter()
+                .find(|(k, _)| k == kind)
+                .map(|(_, id)| *id)
+        })
+        .ok()
+        .flatten()
+    {
+        return Some(id);
+    }
     let path = lock_file(kind)?;
     // SAFETY: all-zero is a valid struct stat, which stat fills.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -828,11 +854,7 @@ fn checked_lock_fd(fd: c_int, kind: &str) -> Option<OwnFd> {
     if unsafe { real::stat(path.as_ptr().cast(), &mut st) } != 0 {
         return None;
     }
-    // SAFETY: all-zero is a valid struct stat, which fstat fills.
-    let mut at: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat of a number the previous image named, into a live struct.
-    let same = unsafe { real::fstat(fd, &mut at) } == 0
-        && at.st_dev == st.st_dev
-        && at.st_ino == st.st_ino;
-    same.then(|| OwnFd::adopt(fd))?
+    let id = (st.st_dev, st.st_ino);
+    let _ = SEEN.try_with(|s| s.borrow_mut().push((kind.to_string(), id)));
+    Some(id)
 }

@@ -1,6 +1,7 @@
 //! poll, ppoll, epoll_ctl, ioctl, isatty and tcgetattr on Iris fds, answered as the kernel
-//! answers them for a regular file. The kernel cannot: an Iris fd is an `O_PATH` open of its description memfd
-//! (see `description.rs`), for which poll says POLLNVAL and epoll_ctl and ioctl EBADF.
+//! answers them for a regular file. The kernel cannot: an Iris fd is an `O_PATH` open of its
+//! description memfd (see `description.rs`), for which poll says POLLNVAL and epoll_ctl and
+//! ioctl EBADF.
 #![allow(clippy::missing_safety_doc)]
 
 use libc::{c_int, c_ulong, c_void, nfds_t, pollfd, sigset_t, timespec};

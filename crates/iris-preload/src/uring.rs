@@ -178,7 +178,8 @@ static ANY: AtomicBool = AtomicBool::new(false);
 thread_local! {
     /// This thread's registered ring fds (`IORING_REGISTER_RING_FDS`, per thread in the
     /// kernel): (index, ring fd).
-    static REGISTERED: std::cell::RefCell<Vec<(u32, c_int)>> = const { std::cell::RefCell::new(Vec::new()) };
+    static REGISTERED: std::cell::RefCell<Vec<(u32, c_int)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Ring {
@@ -725,8 +726,9 @@ pub(crate) fn unlock_after_fork() {
 }
 
 /// libc's `syscall()`: io_uring's three system calls are followed here (and a raw chdir or
-/// fchdir drops the cached host working directory), every other goes to libc untouched. (Variadic in C; on x86-64 and aarch64 its integer arguments travel as six
-/// fixed ones do, and libc reads six whatever the call.)
+/// fchdir drops the cached host working directory), every other goes to libc untouched.
+/// (Variadic in C; on x86-64 and aarch64 its integer arguments travel as six fixed ones do,
+/// and libc reads six whatever the call.)
 ///
 /// # Safety
 /// As the system call named by `n` requires of its arguments.
