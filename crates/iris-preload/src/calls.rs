@@ -683,7 +683,7 @@ unsafe fn scatter(iov: *const libc::iovec, n: c_int, data: &[u8]) {
         let v = unsafe { &*iov.add(i) };
         let take = v.iov_len.min(data.len() - at);
         // SAFETY: the iovec's buffer holds iov_len >= take bytes.
-        unsafe { slice_mut(v.iov_base, take) }.copy_from_slice(&data[at..at + take]);
+        iris_store::copy_bytes(unsafe { slice_mut(v.iov_base, take) }, &data[at..at + take]);
         at += take;
     }
 }

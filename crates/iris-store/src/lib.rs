@@ -10,6 +10,7 @@ mod allocator;
 mod blocklist;
 mod checksum;
 mod commit;
+mod copy;
 mod error;
 mod failpoint;
 mod header;
@@ -27,6 +28,7 @@ mod tree;
 mod undo;
 mod volume_lock;
 
+pub use copy::copy_bytes;
 pub use error::{Result, StoreError};
 pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};

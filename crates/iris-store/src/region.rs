@@ -159,7 +159,7 @@ impl Region {
 
     #[inline]
     pub(crate) fn copy_in(&self, off: u64, src: &[u8]) {
-        self.bytes_mut(off, src.len() as u64).copy_from_slice(src);
+        crate::copy::copy_bytes(self.bytes_mut(off, src.len() as u64), src);
     }
 
     /// Copy `len` bytes from `src` to `dst` (the ranges may overlap).

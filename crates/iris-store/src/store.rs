@@ -922,7 +922,7 @@ impl Store {
                     Some(Located::Block(at)) => (view.block_bytes(at)?, Some(at)),
                 };
                 let n = bytes.len().min(buf.len());
-                buf[..n].copy_from_slice(&bytes[..n]);
+                crate::copy::copy_bytes(&mut buf[..n], &bytes[..n]);
                 let whole = marks.is_some_and(|m| view.unchanged_since(&m));
                 if !whole && !last {
                     return Ok(GetOnce::Again); // a change in place overlapped the copy
@@ -951,7 +951,7 @@ impl Store {
             let marks = v.in_place_marks(std::iter::once(key))?;
             let bytes = v.block_bytes(at).ok()?;
             let n = bytes.len().min(buf.len());
-            buf[..n].copy_from_slice(&bytes[..n]);
+            crate::copy::copy_bytes(&mut buf[..n], &bytes[..n]);
             (v.unchanged_since(&marks) && v.change_stamp(key) == stamp).then_some(bytes.len())
         })
     }

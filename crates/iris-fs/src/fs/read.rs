@@ -83,7 +83,7 @@ impl Fs {
             let bytes = v.block_bytes(at).ok()?;
             let have = bytes.len().saturating_sub(in_block).min(n);
             if have > 0 {
-                buf[..have].copy_from_slice(&bytes[in_block..in_block + have]);
+                iris_store::copy_bytes(&mut buf[..have], &bytes[in_block..in_block + have]);
             }
             if have < n {
                 buf[have..n].fill(0);
@@ -204,7 +204,7 @@ impl Fs {
                     // (Nothing when the read starts past the value's end, as in a file
                     // extended by truncate: zeros below.)
                     if have > 0 {
-                        out[..have].copy_from_slice(&v[in_block..in_block + have]);
+                        iris_store::copy_bytes(&mut out[..have], &v[in_block..in_block + have]);
                     }
                     // Only past the value's end: glibc's memset of zero bytes at the end of a
                     // page-aligned buffer is an AVX-512 masked store into the next page, which

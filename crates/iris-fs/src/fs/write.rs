@@ -155,8 +155,8 @@ impl Fs {
                     if at == 0 && src.len() == out.len() {
                         iris_store::copy_streaming(out, src);
                     } else {
-                        out.copy_from_slice(old);
-                        out[at..at + src.len()].copy_from_slice(src);
+                        iris_store::copy_bytes(out, old);
+                        iris_store::copy_bytes(&mut out[at..at + src.len()], src);
                     }
                 },
                 Some(ThenPatch {
@@ -346,7 +346,7 @@ impl Fs {
                     // in place. Only if the block is still absent (checked under the lock).
                     let fill = |out: &mut [u8]| {
                         out[..in_block].fill(0);
-                        out[in_block..].copy_from_slice(data);
+                        iris_store::copy_bytes(&mut out[in_block..], data);
                     };
                     hold_range();
                     let grown = self
@@ -392,13 +392,13 @@ impl Fs {
                             match old {
                                 // The write covers all the old bytes: nothing to keep.
                                 Some(_) if in_block == 0 && end_in_block >= have => {}
-                                Some(o) => out[..have].copy_from_slice(&o[..have]),
+                                Some(o) => iris_store::copy_bytes(&mut out[..have], &o[..have]),
                                 None => {}
                             }
                             if in_block > have {
                                 out[have..in_block].fill(0);
                             }
-                            out[in_block..end_in_block].copy_from_slice(data);
+                            iris_store::copy_bytes(&mut out[in_block..end_in_block], data);
                         },
                         Some(then()),
                     )
@@ -463,10 +463,10 @@ impl Fs {
                     let fill = |old: Option<&[u8]>, out: &mut [u8]| {
                         let have = old.map_or(0, |o| o.len().min(new_len));
                         if let Some(o) = old {
-                            out[..have].copy_from_slice(&o[..have]);
+                            iris_store::copy_bytes(&mut out[..have], &o[..have]);
                         }
                         out[have..].fill(0);
-                        out[in_block..in_block + src.len()].copy_from_slice(src);
+                        iris_store::copy_bytes(&mut out[in_block..in_block + src.len()], src);
                     };
                     if old_len.is_none() && block > 0 && block == last && bstart >= i.size {
                         // A new last block: out of line, so the appends that follow go into
@@ -517,10 +517,10 @@ impl Fs {
                 tx.put_with(k, new_len, |old, out| {
                     let have = old.map_or(0, |o| o.len().min(new_len));
                     if let Some(o) = old {
-                        out[..have].copy_from_slice(&o[..have]);
+                        iris_store::copy_bytes(&mut out[..have], &o[..have]);
                     }
                     out[have..].fill(0);
-                    out[in_block..in_block + src.len()].copy_from_slice(src);
+                    iris_store::copy_bytes(&mut out[in_block..in_block + src.len()], src);
                 })?;
             }
             i.size = end;

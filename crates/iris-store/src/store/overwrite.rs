@@ -187,7 +187,7 @@ impl Store {
         );
         let gap = offset - len as usize;
         tail[..gap].fill(0);
-        tail[gap..].copy_from_slice(data);
+        crate::copy::copy_bytes(&mut tail[gap..], data);
         inner.latency.on_write(1);
         // The length and the patch's words change by several stores: a process killed among
         // them leaves the old ones for the repair to put back.
