@@ -22,8 +22,16 @@ pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
 #[cfg(target_arch = "x86_64")]
 unsafe fn stream_sse2(dst: *mut u8, src: *const u8, len: usize) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-    let mut i = 0;
-    while i < len {
+    // Backwards when the destination lies 1-63 bytes past the source modulo 4 KiB: forwards,
+    // each group's loads would wait for the stores just before them (see `copy`).
+    let skew = (dst as usize).wrapping_sub(src as usize) & 4095;
+    let backwards = (1..64).contains(&skew);
+    for step in 0..len / 64 {
+        let i = if backwards {
+            len - 64 * (step + 1)
+        } else {
+            64 * step
+        };
         // SAFETY: i + 64 <= len for both buffers (len is a multiple of 64); dst + i is 16-byte
         // aligned because dst is and i is a multiple of 64.
         unsafe {
@@ -38,7 +46,6 @@ unsafe fn stream_sse2(dst: *mut u8, src: *const u8, len: usize) {
             _mm_stream_si128(d.add(2), c);
             _mm_stream_si128(d.add(3), e);
         }
-        i += 64;
     }
     // SAFETY: a fence has no preconditions.
     unsafe { _mm_sfence() };
@@ -59,6 +66,24 @@ mod tests {
             assert_eq!(&buf[start..start + len], &src[3..3 + len]);
             assert!(buf[..start].iter().all(|&b| b == 0));
             assert!(buf[start + len..].iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn copies_every_byte_from_a_source_just_before_the_destination_modulo_4k() {
+        let src: Vec<u8> = (0..3 * 4096u32).map(|i| (i * 13 + 5) as u8).collect();
+        let mut buf = vec![0u8; 3 * 4096];
+        let page = buf.as_ptr().align_offset(4096);
+        for skew in [1usize, 16, 48, 63, 64] {
+            // A source whose address is `skew` bytes before a page boundary, and a page-aligned
+            // destination: the destination lies `skew` bytes past it modulo 4 KiB.
+            let s = (src.as_ptr() as usize).wrapping_neg().wrapping_sub(skew) & 4095;
+            let start = page + 4096;
+            buf.fill(0);
+            copy_streaming(&mut buf[start..start + 4096], &src[s..s + 4096]);
+            assert_eq!(&buf[start..start + 4096], &src[s..s + 4096], "skew {skew}");
+            assert!(buf[..start].iter().all(|&b| b == 0));
+            assert!(buf[start + 4096..].iter().all(|&b| b == 0));
         }
     }
 }
