@@ -1,24 +1,25 @@
 //! Copying bytes between a program's buffer and the volume without the slow case of libc's
-//! `memcpy`: when the destination lies 1 to 63 bytes past the source modulo 4 KiB (a block of
-//! the volume, page-aligned, read into a buffer that starts 16 bytes past a page, as `malloc`
-//! returns big blocks and as managed runtimes lay out byte arrays), each load of a forward copy
+//! `memcpy`: when the destination lies 1 to 31 bytes past the source modulo 4 KiB (a block of
+//! the volume, page-aligned, read into a buffer that starts 16 bytes past a page, as glibc's
+//! `malloc` returns blocks of 128 KiB and more), each load of a forward copy
 //! names the same address bits 0-11 as a store just before it, and the CPU holds the load until
 //! that store is done ("4K aliasing"). glibc's copy then takes 3-4x as long, and `rep movsb`
 //! (its choice for 4 KiB on AVX2 machines) up to 30x: a 4 KiB `pread` of an Iris file into such
 //! a buffer cost 2950 ns against 656-796 ns into a page-aligned one (tmpfs: 4318 against 1552).
-//! Copied from the end backwards, every load runs ahead of the stores instead: 105-135 ns per
-//! 4 KiB where the forward copy took 293-307 ns.
+//! Copied from the end backwards, every load runs ahead of the stores instead: 89-120 ns per
+//! hot 4 KiB where glibc's copy took 1484-1608 ns (skews 4-28; 54-78 ns at 0 and 32-72, where
+//! the backward loop's 88-119 ns would be a loss, so only skews below 32 go backwards).
 
 /// Shortest copy taken backwards when the addresses alias: below it the stalls cost little.
 const BACKWARD_MIN_BYTES: usize = 128;
 
-/// Copy `src` into `dst` (same length), backwards when `dst` starts 1 to 63 bytes after `src`
+/// Copy `src` into `dst` (same length), backwards when `dst` starts 1 to 31 bytes after `src`
 /// modulo 4 KiB (see the module doc), else with libc's `memcpy`.
 #[inline]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
     let skew = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) & 4095;
-    if src.len() >= BACKWARD_MIN_BYTES && (1..64).contains(&skew) {
+    if src.len() >= BACKWARD_MIN_BYTES && (1..32).contains(&skew) {
         copy_backwards(dst, src);
     } else {
         dst.copy_from_slice(src);

@@ -22,10 +22,10 @@ pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
 #[cfg(target_arch = "x86_64")]
 unsafe fn stream_sse2(dst: *mut u8, src: *const u8, len: usize) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-    // Backwards when the destination lies 1-63 bytes past the source modulo 4 KiB: forwards,
+    // Backwards when the destination lies 1-31 bytes past the source modulo 4 KiB: forwards,
     // each group's loads would wait for the stores just before them (see `copy`).
     let skew = (dst as usize).wrapping_sub(src as usize) & 4095;
-    let backwards = (1..64).contains(&skew);
+    let backwards = (1..32).contains(&skew);
     for step in 0..len / 64 {
         let i = if backwards {
             len - 64 * (step + 1)
@@ -74,7 +74,7 @@ mod tests {
         let src: Vec<u8> = (0..3 * 4096u32).map(|i| (i * 13 + 5) as u8).collect();
         let mut buf = vec![0u8; 3 * 4096];
         let page = buf.as_ptr().align_offset(4096);
-        for skew in [1usize, 16, 48, 63, 64] {
+        for skew in [1usize, 16, 31, 32, 63] {
             // A source whose address is `skew` bytes before a page boundary, and a page-aligned
             // destination: the destination lies `skew` bytes past it modulo 4 KiB.
             let s = (src.as_ptr() as usize).wrapping_neg().wrapping_sub(skew) & 4095;
