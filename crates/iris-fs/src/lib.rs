@@ -12,6 +12,7 @@ mod fs;
 mod inode;
 mod interval;
 mod keys;
+mod opens;
 mod range_lock;
 mod sync_hint;
 mod xattr;

@@ -50,6 +50,9 @@ extern "C" fn release_child() {
     }
     release();
     crate::locks::forget_in_child();
+    if let Some(fs) = crate::state::fs_if_open() {
+        fs.after_fork_in_child();
+    }
 }
 
 /// Release what both sides release alike.

@@ -54,7 +54,7 @@ const MAX_INO: u64 = 1 << 27;
 const LOCK_DIR: &str = "/dev/shm";
 const LOCK_PREFIX: &str = "iris-";
 /// The kinds of lock file: record locks and flock emulation.
-const LOCK_KINDS: [&str; 4] = ["locks", "flocks", "owners", "waits"];
+const LOCK_KINDS: [&str; 5] = ["locks", "flocks", "owners", "waits", "opens"];
 
 fn lock_file(kind: &str) -> Option<String> {
     let fs = state::fs()?;

@@ -84,6 +84,21 @@ impl Volume {
         );
     }
 
+    /// The blocks in use, as `iris stat` reports them.
+    pub fn used_blocks(&self) -> u64 {
+        let out = Command::new(IRIS)
+            .arg("stat")
+            .arg(&self.0)
+            .output()
+            .expect("iris stat");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("used:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no used blocks in: {text}"))
+    }
+
     /// `iris fsck` must pass.
     pub fn fsck_clean(&self) {
         let out = Command::new(IRIS)
@@ -127,7 +142,7 @@ impl Drop for Volume {
         if let Ok(bytes) = std::fs::read(&self.0).map(|b| b.get(48..56).map(<[u8]>::to_vec)) {
             if let Some(id) = bytes.and_then(|b| <[u8; 8]>::try_from(b).ok()) {
                 let id = u64::from_le_bytes(id);
-                for kind in ["locks", "flocks", "owners"] {
+                for kind in ["locks", "flocks", "owners", "waits", "opens"] {
                     let _ = std::fs::remove_file(format!("/dev/shm/iris-{kind}-{id:016x}"));
                 }
                 let shadows = format!("iris-shadow-{id:016x}-");

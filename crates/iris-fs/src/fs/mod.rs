@@ -24,6 +24,7 @@ use crate::dirent;
 use crate::errno::{Errno, FsResult};
 use crate::inode::{now_ns, Inode, INODE_BYTES};
 use crate::keys::{key, name_hash, offset_of, Kind, MAX_OFFSET};
+use crate::opens::Opens;
 use crate::sync_hint::SyncHints;
 
 mod attr;
@@ -74,6 +75,8 @@ pub struct Fs {
     mount_prefix: Vec<u8>,
     /// Open handles per inode in this process (unlinked files live until the last close).
     open_counts: Mutex<HashMap<u64, u32>>,
+    /// Which inodes other processes hold open (see `opens`).
+    opens: Opens,
     /// Inode records seen lately, valid while their change stamp is.
     caches: Caches,
     /// Block maps of the inodes this process has open (see [`Fs::file_cache`]).
@@ -300,8 +303,11 @@ impl Fs {
                 store.commit().map_err(store_err)?;
             }
         }
-        if store.recovered() {
-            // After a crash no process holds the orphans open any more: reclaim them.
+        let opens = Opens::open(store.volume_id());
+        // After a crash no process holds the orphans open any more; else an orphan whose
+        // holders all ended without closing it (killed, or exited with it open) is held by
+        // no process: reclaim them.
+        {
             let mut orphans = Vec::new();
             store
                 .scan(
@@ -314,7 +320,13 @@ impl Fs {
                 )
                 .map_err(store_err)?;
             for ino in orphans {
-                purge_rest(&store, ino)?;
+                if store.recovered() {
+                    purge_rest(&store, ino)?;
+                } else if !opens.held_elsewhere(ino) {
+                    // Best effort: a volume that takes no writes (failed) still opens, and the
+                    // orphan waits for the next opener.
+                    let _ = purge_rest(&store, ino);
+                }
             }
         }
         Ok(Fs {
@@ -322,6 +334,7 @@ impl Fs {
             block_size,
             mount_prefix: b"/iris".to_vec(),
             open_counts: Mutex::new(HashMap::new()),
+            opens,
             caches: Caches::new(),
             file_caches: Mutex::new(HashMap::new()),
             sync_hints: SyncHints::new(),
@@ -383,7 +396,13 @@ impl Fs {
 
     /// Note an open handle on `ino` (the file outlives unlink until the last `release`).
     pub fn retain(&self, ino: u64) {
-        *self.open_counts.lock().entry(ino).or_insert(0) += 1;
+        let mut m = self.open_counts.lock();
+        let c = m.entry(ino).or_insert(0);
+        *c += 1;
+        if *c == 1 {
+            // Under the table's lock: a release of the last handle cannot come in between.
+            self.opens.hold(ino);
+        }
     }
 
     /// Drop an open handle; the last one of an unlinked file frees it.
@@ -397,12 +416,13 @@ impl Fs {
                 }
                 Some(_) => {
                     m.remove(&ino);
+                    self.opens.let_go(ino);
                     true
                 }
                 None => false,
             }
         };
-        if last && self.getattr(ino).is_ok_and(|i| i.nlink == 0) {
+        if last && self.getattr(ino).is_ok_and(|i| i.nlink == 0) && !self.is_open_anywhere(ino) {
             self.finish_purge(ino);
         }
         Ok(())
@@ -415,8 +435,9 @@ impl Fs {
         let _ = purge_rest(&self.store, ino);
     }
 
-    fn is_open(&self, ino: u64) -> bool {
-        self.open_counts.lock().contains_key(&ino)
+    /// Whether `ino` is open in this process or in another one.
+    fn is_open_anywhere(&self, ino: u64) -> bool {
+        self.open_counts.lock().contains_key(&ino) || self.opens.held_elsewhere(ino)
     }
 
     /// The block map of `ino` for this process, shared by every open of it here: reads through
@@ -447,6 +468,7 @@ impl Fs {
     /// [`Fs::unlock_after_fork`] follows in the parent, [`Fs::unlock_in_child`] in the child.
     pub fn lock_for_fork(&self) {
         std::mem::forget(self.open_counts.lock());
+        std::mem::forget(self.opens.file_lock().lock());
         let map = self.file_caches.lock();
         let open: Vec<Arc<FileCache>> = map.values().filter_map(Weak::upgrade).collect();
         for c in &open {
@@ -468,6 +490,7 @@ impl Fs {
         // SAFETY: per the contract, lock_for_fork left both locked with their guards forgotten.
         unsafe {
             self.file_caches.force_unlock();
+            self.opens.file_lock().force_unlock();
             self.open_counts.force_unlock();
         }
     }
@@ -485,8 +508,18 @@ impl Fs {
         // SAFETY: per the contract, lock_for_fork left both locked with their guards forgotten.
         unsafe {
             self.file_caches.force_unlock();
+            self.opens.file_lock().force_unlock();
             self.open_counts.force_unlock();
         }
+        // The child takes locks of its own on the files open here at its first use of them.
+        self.opens.forked();
+    }
+
+    /// In a forked child, once it may open files again (after [`Fs::unlock_in_child`] and the
+    /// caller's own locks): take this process's own locks on the files open in it, which it
+    /// shared with its parent until now (see `opens`).
+    pub fn after_fork_in_child(&self) {
+        self.opens.renew();
     }
 
     /// Mark or unmark `ino` as living in a shadow file (see [`Inode::SHADOWED`]).

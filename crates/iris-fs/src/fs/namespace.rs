@@ -42,8 +42,16 @@ impl Fs {
         }
         cred.check(&d, W_OK | X_OK)?;
         let now = now_ns();
-        let ino = self.tx(|tx| {
+        // Held open before its orphan record can be seen, so that a process opening the volume
+        // meanwhile does not take it for one left by a dead process (see `opens`); numbers a
+        // retried transaction allocated and dropped are let go after it.
+        let mut held = Vec::new();
+        let made = self.tx(|tx| {
             let ino = alloc_ino_tx(tx)?;
+            if !held.contains(&ino) {
+                self.opens.hold(ino);
+                held.push(ino);
+            }
             count_files_tx(tx, -1)?; // not counted until linked
             let inode = Inode {
                 ino,
@@ -59,8 +67,14 @@ impl Fs {
             put_inode_tx(tx, &inode)?;
             tx.put(key(0, Kind::Orphan, ino), &[])?;
             Ok(ino)
-        })?;
-        self.getattr(ino)
+        });
+        for &other in held
+            .iter()
+            .filter(|&&h| made.as_ref().map_or(true, |&ino| h != ino))
+        {
+            self.opens.let_go(other);
+        }
+        self.getattr(made?)
     }
 
     /// Give inode `ino` a (further) name `path` (linkat with AT_EMPTY_PATH; also names an
@@ -186,7 +200,7 @@ impl Fs {
             put_inode_tx(tx, &d)?;
             i.nlink = i.nlink.saturating_sub(1);
             i.ctime_ns = now;
-            if i.nlink == 0 && !self.is_open(ino) {
+            if i.nlink == 0 && !self.is_open_anywhere(ino) {
                 count_files_tx(tx, -1)?;
                 return Ok((!purge_tx(tx, ino, &i, NAMED_PURGE_CHUNK)?).then_some(ino));
             }
@@ -378,7 +392,7 @@ impl Fs {
                         (false, false) => {
                             di.nlink = di.nlink.saturating_sub(1);
                             di.ctime_ns = now;
-                            if di.nlink == 0 && !self.is_open(dino) {
+                            if di.nlink == 0 && !self.is_open_anywhere(dino) {
                                 if !purge_tx(tx, dino, &di, NAMED_PURGE_CHUNK)? {
                                     rest = Some(dino);
                                 }

@@ -1,0 +1,194 @@
+//! Which files are open in any process on the volume. A file unlinked while open stays
+//! readable until its last close (POSIX), and that close may come in another process than the
+//! unlink: a log a program keeps open and `rm` or a rotation removes. Each process counts its
+//! own opens (`Fs::retain`); across processes, each one holding a file open keeps a shared
+//! (read) open-file-description lock on the byte at the file's inode number in a per-volume
+//! file in /dev/shm, and asks for a write lock there (F_OFD_GETLK) to learn whether any other
+//! process holds one. The kernel drops a process's locks when it ends however it ends, so a
+//! file whose last holder was killed is seen as closed: the next process to open the volume
+//! frees such orphans (`Fs::open_volume`). Without /dev/shm every check answers "not open
+//! elsewhere", as before this table.
+//!
+//! A forked child shares its parent's open file description, whose locks an unlock of the
+//! child's would drop: the child opens its own and takes its locks again as soon as it can open
+//! a file ([`Opens::renew`], when the interposer's fork handlers have released their locks), or
+//! at its first use of the table. An exec closes the description (close-on-exec); the new image
+//! takes its locks again as it adopts inherited Iris fds, and a file whose only holder is in
+//! that gap may be freed by an unlink made meanwhile.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::{IntoRawFd, RawFd};
+
+use iris_media::OwnFd;
+
+use crate::ForkSafeMutex as Mutex;
+
+/// Where the per-volume files live (with the lock files of the interposer).
+const DIR: &str = "/dev/shm";
+
+/// The per-volume table of open files.
+pub(crate) struct Opens {
+    path: String,
+    file: Mutex<Table>,
+}
+
+/// This process's side of the table.
+pub(crate) struct Table {
+    /// The open file description holding this process's locks.
+    fd: Option<OwnFd>,
+    /// The inodes this process holds (what a forked child must lock again).
+    held: std::collections::HashSet<u64>,
+    /// Set in a forked child: `fd` is still the parent's description, to be replaced before
+    /// any use (a fork's child handler cannot open files: the interposer's locks are held).
+    inherited: bool,
+}
+
+impl Table {
+    /// The descriptor to lock through, after replacing one inherited from the parent.
+    fn fd(&mut self, path: &str) -> Option<RawFd> {
+        if self.inherited {
+            self.inherited = false;
+            self.fd = open_file(path);
+            if let Some(fd) = self.fd.as_ref() {
+                for &ino in &self.held {
+                    set_lock(fd.raw(), ino, libc::F_RDLCK);
+                }
+            }
+        }
+        self.fd.as_ref().map(OwnFd::raw)
+    }
+}
+
+impl Opens {
+    /// The table of volume `volume_id` (its file created if missing; none if it cannot be).
+    pub(crate) fn open(volume_id: u64) -> Opens {
+        let path = format!("{DIR}/iris-opens-{volume_id:016x}");
+        let file = Mutex::new(Table {
+            fd: open_file(&path),
+            held: std::collections::HashSet::new(),
+            inherited: false,
+        });
+        Opens { path, file }
+    }
+
+    /// This process holds `ino` open.
+    pub(crate) fn hold(&self, ino: u64) {
+        let mut t = self.file.lock();
+        if let Some(fd) = t.fd(&self.path) {
+            set_lock(fd, ino, libc::F_RDLCK);
+            t.held.insert(ino);
+        }
+    }
+
+    /// This process no longer holds `ino` open.
+    pub(crate) fn let_go(&self, ino: u64) {
+        let mut t = self.file.lock();
+        if let Some(fd) = t.fd(&self.path) {
+            set_lock(fd, ino, libc::F_UNLCK);
+            t.held.remove(&ino);
+        }
+    }
+
+    /// Whether another process holds `ino` open.
+    pub(crate) fn held_elsewhere(&self, ino: u64) -> bool {
+        let Some(fd) = self.file.lock().fd(&self.path) else {
+            return false;
+        };
+        let Ok(start) = libc::off_t::try_from(ino) else {
+            return false;
+        };
+        // SAFETY: all-zero is a valid flock, filled below.
+        let mut l: libc::flock = unsafe { std::mem::zeroed() };
+        l.l_type = libc::F_WRLCK as libc::c_short;
+        l.l_whence = libc::SEEK_SET as libc::c_short;
+        l.l_start = start;
+        l.l_len = 1;
+        // SAFETY: a valid descriptor and a live flock for the kernel to fill.
+        let rc = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut l) };
+        rc == 0 && l.l_type != libc::F_UNLCK as libc::c_short
+    }
+
+    /// In a forked child, before any other thread runs: the description is the parent's, and
+    /// an unlock through it would drop the parent's locks. The next use opens the child's own
+    /// and locks again what this process holds (nothing can be opened here: see [`Table`]).
+    pub(crate) fn forked(&self) {
+        self.file.lock().inherited = true;
+    }
+
+    /// In a forked child once the interposer's own locks are free: replace the inherited
+    /// description now (see [`Opens::forked`]), so that the parent's closes no longer speak for
+    /// the files this child holds.
+    pub(crate) fn renew(&self) {
+        let _ = self.file.lock().fd(&self.path);
+    }
+
+    /// The lock of this table, across a fork (see `Fs::lock_for_fork`).
+    pub(crate) fn file_lock(&self) -> &Mutex<Table> {
+        &self.file
+    }
+}
+
+impl Drop for Opens {
+    /// The last user of the table's file removes it (no process holds a shared `flock` on it
+    /// any more), so volumes' files do not pile up in /dev/shm.
+    fn drop(&mut self) {
+        let mut t = self.file.lock();
+        if t.inherited {
+            return; // the parent's description: its flock is the parent's mark
+        }
+        if let Some(fd) = t.fd.take() {
+            // SAFETY: flock on a descriptor this table owns; LOCK_NB never waits.
+            if unsafe { libc::flock(fd.raw(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
+}
+
+/// Open the table's file at `path` (created if missing), as an own descriptor holding a shared
+/// `flock` for as long as it lives (the mark of a user: see `Drop`). If the last user removed
+/// the file between the open and the `flock`, a fresh one is opened under the same name.
+fn open_file(path: &str) -> Option<OwnFd> {
+    for _ in 0..8 {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o666)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .or_else(|_| std::fs::File::open(path))
+            .ok()?;
+        let ours = file.metadata().ok()?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&file), libc::LOCK_SH) } != 0
+        {
+            return None;
+        }
+        let named = std::fs::metadata(path).ok();
+        if named.is_some_and(|n| {
+            std::os::unix::fs::MetadataExt::ino(&n) == std::os::unix::fs::MetadataExt::ino(&ours)
+                && std::os::unix::fs::MetadataExt::dev(&n)
+                    == std::os::unix::fs::MetadataExt::dev(&ours)
+        }) {
+            return OwnFd::adopt(file.into_raw_fd());
+        }
+    }
+    None
+}
+
+/// Set (or clear, with F_UNLCK) this description's lock on the byte at `ino`.
+fn set_lock(fd: RawFd, ino: u64, kind: libc::c_int) {
+    let Ok(start) = libc::off_t::try_from(ino) else {
+        return;
+    };
+    // SAFETY: all-zero is a valid flock, filled below.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = start;
+    l.l_len = 1;
+    // SAFETY: a valid descriptor and a live flock. A read lock never waits for another read
+    // lock, and nothing here takes write locks, so F_OFD_SETLK does not fail for a conflict.
+    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &l) };
+}
