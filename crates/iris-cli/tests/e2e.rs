@@ -1204,3 +1204,26 @@ fn a_file_left_open_and_unlinked_by_a_killed_process_is_freed_by_the_next_one() 
     assert_eq!(v.used_blocks(), before, "the next process freed the orphan");
     v.fsck_clean();
 }
+
+/// A file unlinked while open by a process that then exits without closing it is freed when
+/// that process ends (its exit lets go of its files, as the kernel closes them), with no other
+/// process opening the volume after it.
+#[test]
+fn a_file_left_open_and_unlinked_by_a_process_that_exits_is_freed_at_its_exit() {
+    let v = Volume::new("exit-open");
+    v.sh_ok("true");
+    let before = v.used_blocks();
+    v.sh_ok(
+        "python3 -c 'import os, sys\n\
+         fd = os.open(\"/iris/t\", os.O_CREAT | os.O_RDWR)\n\
+         os.write(fd, b\"z\" * (4 << 20))\n\
+         os.unlink(\"/iris/t\")\n\
+         sys.exit(0)'",
+    );
+    assert_eq!(
+        v.used_blocks(),
+        before,
+        "freed at the exit of its only holder"
+    );
+    v.fsck_clean();
+}

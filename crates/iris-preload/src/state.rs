@@ -177,11 +177,14 @@ pub(crate) fn fs() -> Option<&'static Fs> {
     .as_ref()
 }
 
-/// At exit, commit what this process left uncommitted: a kernel file system writes dirty pages
-/// back within seconds of a program's exit, and so does Iris (the commit timer dies with us).
+/// At exit, let go of the files this process still holds open (an unlinked one no other
+/// process holds is freed, as the kernel frees it when its last holder ends), then commit what
+/// this process left uncommitted: a kernel file system writes dirty pages back within seconds
+/// of a program's exit, and so does Iris (the commit timer dies with us).
 extern "C" fn commit_at_exit() {
     if let Some(fs) = fs_if_open() {
         let _b = Busy::enter();
+        fs.release_at_exit();
         let _ = fs.sync();
     }
 }

@@ -435,6 +435,25 @@ impl Fs {
         let _ = purge_rest(&self.store, ino);
     }
 
+    /// At the process's exit: let go of every file it still holds open, as the kernel closes a
+    /// process's files when it ends, so that the unlinked ones no other process holds are
+    /// freed now rather than by the next process to open the volume. (Later uses of open files
+    /// by this process still work: writes and reads need no count.)
+    pub fn release_at_exit(&self) {
+        let held: Vec<u64> = self
+            .open_counts
+            .lock()
+            .drain()
+            .map(|(ino, _)| ino)
+            .collect();
+        for ino in held {
+            self.opens.let_go(ino);
+            if self.getattr(ino).is_ok_and(|i| i.nlink == 0) && !self.is_open_anywhere(ino) {
+                self.finish_purge(ino);
+            }
+        }
+    }
+
     /// Whether `ino` is open in this process or in another one.
     fn is_open_anywhere(&self, ino: u64) -> bool {
         self.open_counts.lock().contains_key(&ino) || self.opens.held_elsewhere(ino)
