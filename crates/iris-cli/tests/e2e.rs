@@ -1181,23 +1181,30 @@ os.waitpid(pid, 0)
     v.fsck_clean();
 }
 
+/// A new volume, and its used blocks after a Python process wrote 4 MiB to /iris/t, unlinked
+/// it while open and ended by `ending` (a statement) without closing it: (before, after).
+fn unlinked_and_left_open(v: &Volume, ending: &str) -> (u64, u64) {
+    v.sh_ok("true");
+    let before = v.used_blocks();
+    v.sh_ok(&format!(
+        "python3 -c 'import os, sys\n\
+         fd = os.open(\"/iris/t\", os.O_CREAT | os.O_RDWR)\n\
+         os.write(fd, b\"z\" * (4 << 20))\n\
+         os.unlink(\"/iris/t\")\n\
+         {ending}'; true"
+    ));
+    (before, v.used_blocks())
+}
+
 /// A file unlinked while open by a process that ends without closing it (killed here) is
 /// freed by the next process that opens the volume; before, its blocks stayed used until a
 /// crash recovery.
 #[test]
 fn a_file_left_open_and_unlinked_by_a_killed_process_is_freed_by_the_next_one() {
     let v = Volume::new("left-open");
-    v.sh_ok("true");
-    let before = v.used_blocks();
-    v.sh_ok(
-        "python3 -c 'import os\n\
-         fd = os.open(\"/iris/t\", os.O_CREAT | os.O_RDWR)\n\
-         os.write(fd, b\"z\" * (4 << 20))\n\
-         os.unlink(\"/iris/t\")\n\
-         os.kill(os.getpid(), 9)'; true",
-    );
+    let (before, after) = unlinked_and_left_open(&v, "os.kill(os.getpid(), 9)");
     assert!(
-        v.used_blocks() >= before + 1024,
+        after >= before + 1024,
         "the orphan's 4 MiB are still held after its process died"
     );
     v.sh_ok("true");
@@ -1211,19 +1218,7 @@ fn a_file_left_open_and_unlinked_by_a_killed_process_is_freed_by_the_next_one() 
 #[test]
 fn a_file_left_open_and_unlinked_by_a_process_that_exits_is_freed_at_its_exit() {
     let v = Volume::new("exit-open");
-    v.sh_ok("true");
-    let before = v.used_blocks();
-    v.sh_ok(
-        "python3 -c 'import os, sys\n\
-         fd = os.open(\"/iris/t\", os.O_CREAT | os.O_RDWR)\n\
-         os.write(fd, b\"z\" * (4 << 20))\n\
-         os.unlink(\"/iris/t\")\n\
-         sys.exit(0)'",
-    );
-    assert_eq!(
-        v.used_blocks(),
-        before,
-        "freed at the exit of its only holder"
-    );
+    let (before, after) = unlinked_and_left_open(&v, "sys.exit(0)");
+    assert_eq!(after, before, "freed at the exit of its only holder");
     v.fsck_clean();
 }
