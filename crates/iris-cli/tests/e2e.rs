@@ -1222,3 +1222,35 @@ fn a_file_left_open_and_unlinked_by_a_process_that_exits_is_freed_at_its_exit() 
     assert_eq!(after, before, "freed at the exit of its only holder");
     v.fsck_clean();
 }
+
+/// Across an exec, the new image keeps the files it inherits open for everyone else (an `rm`
+/// by another process leaves them readable), and lets go of those it did not inherit (an `rm`
+/// of one of those frees it): every file's blocks are freed by the end.
+#[test]
+fn an_exec_keeps_the_files_it_inherits_open_and_lets_go_of_the_others() {
+    let v = Volume::new("exec-opens");
+    v.sh_ok("true");
+    let before = v.used_blocks();
+    v.python_prints_as_on_tmpfs(
+        "exec-opens",
+        &[r#"import os, sys
+d = sys.argv[1]
+a = os.open(d + "/a", os.O_CREAT | os.O_RDWR)
+os.write(a, b"a" * 1000000)
+b = os.open(d + "/b", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC)
+os.write(b, b"b" * 4000000)
+os.set_inheritable(a, True)
+after = """
+import os, subprocess, sys
+d, a = sys.argv[1], int(sys.argv[2])
+subprocess.run(["rm", d + "/a", d + "/b"], check=True)
+print("inherited file readable after rm:", os.pread(a, 1000000, 0) == b"a" * 1000000)
+print("names left:", sorted(os.listdir(d)))
+"""
+os.execv(sys.executable, [sys.executable, "-c", after, d, str(a)])
+"#],
+        "inherited file readable after rm: True\nnames left: []\n",
+    );
+    assert_eq!(v.used_blocks(), before, "both files' blocks are freed");
+    v.fsck_clean();
+}

@@ -12,9 +12,12 @@
 //! A forked child shares its parent's open file description, whose locks an unlock of the
 //! child's would drop: the child opens its own and takes its locks again as soon as it can open
 //! a file ([`Opens::renew`], when the interposer's fork handlers have released their locks), or
-//! at its first use of the table. An exec closes the description (close-on-exec); the new image
-//! takes its locks again as it adopts inherited Iris fds, and a file whose only holder is in
-//! that gap may be freed by an unlink made meanwhile.
+//! at its first use of the table. An exec that passes Iris fds on passes the description too
+//! (the interposer names it in the environment): the new image takes it as its own
+//! ([`Opens::adopt`]), takes its inherited files again, then lets go of the others
+//! ([`Opens::settle`]), so the inherited files are never unheld. A spawned child (a new
+//! process) takes its locks as it adopts its fds: a file whose only other holder closes it
+//! before that may be freed by an unlink made meanwhile.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{IntoRawFd, RawFd};
@@ -122,6 +125,61 @@ impl Opens {
         let _ = self.file.lock().fd(&self.path);
     }
 
+    /// The number of this process's open of the table's file, to pass to the image an exec
+    /// starts (see [`Opens::adopt`]).
+    pub(crate) fn raw_fd(&self) -> Option<RawFd> {
+        let mut t = self.file.lock();
+        t.fd(&self.path)
+    }
+
+    /// At the start of an image an exec started: take `fd`, the previous image's open of the
+    /// table's file (checked to be this volume's), as this process's, so that the locks it
+    /// held for the files the new image inherits were never let go. Then the new image takes
+    /// its files again and [`Opens::settle`] lets go of the rest.
+    pub(crate) fn adopt(&self, fd: RawFd) -> bool {
+        // SAFETY: all-zero is a valid struct stat, which fstat fills.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat of a number the previous image named, into a live struct.
+        let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+        let named = std::fs::metadata(&self.path).ok();
+        let same = ok
+            && named.is_some_and(|n| {
+                std::os::unix::fs::MetadataExt::ino(&n) == st.st_ino
+                    && std::os::unix::fs::MetadataExt::dev(&n) == st.st_dev
+            });
+        if !same {
+            return false;
+        }
+        let Some(own) = OwnFd::adopt(fd) else {
+            return false;
+        };
+        let mut t = self.file.lock();
+        t.fd = Some(own);
+        t.inherited = false;
+        t.held.clear();
+        true
+    }
+
+    /// After [`Opens::adopt`] and the new image's own opens (`keep`): let go of every other
+    /// inode the previous image held (the files it had that this image did not inherit).
+    pub(crate) fn settle(&self, keep: impl IntoIterator<Item = u64>) {
+        let mut keep: Vec<u64> = keep.into_iter().collect();
+        keep.sort_unstable();
+        let mut t = self.file.lock();
+        let Some(fd) = t.fd(&self.path) else {
+            return;
+        };
+        let mut from = 0u64;
+        for &k in &keep {
+            if k > from {
+                unlock_range(fd, from, k - from);
+            }
+            from = k + 1;
+        }
+        unlock_range(fd, from, 0);
+        t.held = keep.into_iter().collect();
+    }
+
     /// The lock of this table, across a fork (see `Fs::lock_for_fork`).
     pub(crate) fn file_lock(&self) -> &Mutex<Table> {
         &self.file
@@ -175,6 +233,21 @@ fn open_file(path: &str) -> Option<OwnFd> {
         }
     }
     None
+}
+
+/// Clear this description's locks on `len` bytes from `start` (0: to the end).
+fn unlock_range(fd: RawFd, start: u64, len: u64) {
+    let (Ok(start), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: all-zero is a valid flock, filled below.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_UNLCK as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = start;
+    l.l_len = len;
+    // SAFETY: a valid descriptor and a live flock; an unlock never waits.
+    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &l) };
 }
 
 /// Set (or clear, with F_UNLCK) this description's lock on the byte at `ino`.

@@ -49,6 +49,8 @@ extern "C" fn on_load() {
         return;
     };
     let volume_id = fs.store().volume_id();
+    // The previous image's locks on the files it held, kept while this one takes its own.
+    let opens_adopted = passed.adopt_opens(fs);
     // One open file per description: fds of one description (dup'd before the exec) share it,
     // and its locks with it.
     let mut adopted: Vec<(u64, Arc<OpenFile>)> = Vec::new();
@@ -73,6 +75,9 @@ extern "C" fn on_load() {
         fdtable::install(fd, file);
     }
     passed.finish();
+    if opens_adopted {
+        fs.settle_opens_after_exec();
+    }
     drop(_b);
     for fd in 0..3 {
         crate::stdio::sync_std_stream(fd);

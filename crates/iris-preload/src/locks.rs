@@ -587,6 +587,10 @@ pub(crate) fn share_before_fork() {
 const LOCK_FDS_ENV: &str = "IRIS_LOCK_FDS";
 /// Environment entry naming the process's open of the record-lock file (its classic locks).
 const RECORD_FD_ENV: &str = "IRIS_RECORD_FD";
+/// Environment entry naming the process's open of the volume's table of open files ("PID:FD"),
+/// whose locks say which files the process holds (see `iris_fs`'s `opens`): passed so that the
+/// files the new image inherits are never seen as closed by everyone in between.
+const OPENS_FD_ENV: &str = "IRIS_OPENS_FD";
 
 /// Lock-file fds made inheritable for an exec, and the environment entries that name them to
 /// the new image; [`Passed::restore`] makes them close-on-exec again if the exec fails.
@@ -637,9 +641,14 @@ pub(crate) fn pass_across_exec(record: bool) -> Passed {
             _ => -1,
         }
     };
+    let mut inherits_iris = false;
     crate::fdtable::each(|fd, file| {
         let (fl, of) = (file.flock_fd.get(), file.ofd_fd.get());
-        if (fl.is_none() && of.is_none()) || cloexec(fd) {
+        if cloexec(fd) {
+            return;
+        }
+        inherits_iris = true;
+        if fl.is_none() && of.is_none() {
             return;
         }
         let Some(ino) = memfd_ino(fd) else { return };
@@ -653,6 +662,15 @@ pub(crate) fn pass_across_exec(record: bool) -> Passed {
     });
     if !entries.is_empty() {
         env.extend(std::ffi::CString::new(format!("{LOCK_FDS_ENV}={entries}")).ok());
+    }
+    if record && inherits_iris {
+        let opens = state::fs_if_open().and_then(|fs| fs.opens_fd());
+        let o = pass(opens, &mut fds);
+        if o >= 0 {
+            // SAFETY: getpid has no preconditions.
+            let pid = unsafe { libc::getpid() };
+            env.extend(std::ffi::CString::new(format!("{OPENS_FD_ENV}={pid}:{o}")).ok());
+        }
     }
     if record {
         if let Some(r) = record_open() {
@@ -675,7 +693,7 @@ pub(crate) fn pass_across_exec(record: bool) -> Passed {
 /// Whether environment entry `entry` (`NAME=value`) is one [`pass_across_exec`] makes (an
 /// exec replaces any inherited one with its own).
 pub(crate) fn is_passed_entry(entry: &[u8]) -> bool {
-    [LOCK_FDS_ENV, RECORD_FD_ENV]
+    [LOCK_FDS_ENV, RECORD_FD_ENV, OPENS_FD_ENV]
         .iter()
         .any(|n| entry.starts_with(n.as_bytes()) && entry.get(n.len()) == Some(&b'='))
 }
@@ -686,6 +704,8 @@ pub(crate) struct Inherited {
     /// (memfd inode, flock-file fd, record-lock-file fd) per description.
     descriptions: Vec<(u64, c_int, c_int)>,
     record: Option<c_int>,
+    /// The previous image's open of the table of open files (this process's).
+    opens: Option<c_int>,
 }
 
 impl Inherited {
@@ -739,15 +759,37 @@ impl Inherited {
             }
             Some(fd)
         });
+        let opens = var(OPENS_FD_ENV).and_then(|v| {
+            let (pid, fd) = v.split_once(':')?;
+            let fd: c_int = fd.parse().ok()?;
+            // Another process's (passed on by an image that did not take it): not its locks
+            // to keep; the open goes with this image's exec or exit (it is left alone here,
+            // as a program's own fd might have that number by now).
+            (pid.parse::<libc::pid_t>().ok()? == me).then_some(fd)
+        });
         Inherited {
             descriptions,
             record,
+            opens,
         }
     }
 
     /// Whether anything was passed.
     pub(crate) fn is_empty(&self) -> bool {
-        self.descriptions.is_empty() && self.record.is_none()
+        self.descriptions.is_empty() && self.record.is_none() && self.opens.is_none()
+    }
+
+    /// Take the previous image's open of the table of open files as this process's (before
+    /// the inherited files are taken again); see [`Inherited::settle_opens`].
+    pub(crate) fn adopt_opens(&mut self, fs: &iris_fs::Fs) -> bool {
+        let Some(fd) = self.opens.take() else {
+            return false;
+        };
+        let adopted = fs.adopt_opens_fd(fd);
+        if !adopted {
+            close_on_exec_if_lock_file(fd);
+        }
+        adopted
     }
 
     /// The lock-file opens passed for the description whose memfd fd is `desc_fd`, as own fds
@@ -801,18 +843,25 @@ impl Inherited {
             .descriptions
             .iter()
             .flat_map(|&(_, fl, of)| [fl, of])
-            .chain(self.record);
+            .chain(self.record)
+            .chain(self.opens);
         for fd in fds {
-            let link = format!("/proc/self/fd/{fd}");
-            if std::fs::read_link(&link).is_ok_and(|t| {
-                t.as_os_str()
-                    .as_encoded_bytes()
-                    .starts_with(format!("{LOCK_DIR}/{LOCK_PREFIX}").as_bytes())
-            }) {
-                // SAFETY: F_SETFD on a lock-file fd changes no memory.
-                unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
-            }
+            close_on_exec_if_lock_file(fd);
         }
+    }
+}
+
+/// Make `fd` close-on-exec again if it is an open of one of Iris's lock files (a passed fd this
+/// image does not take: it goes with the next exec, as it would have without the passing).
+fn close_on_exec_if_lock_file(fd: c_int) {
+    let link = format!("/proc/self/fd/{fd}");
+    if std::fs::read_link(&link).is_ok_and(|t| {
+        t.as_os_str()
+            .as_encoded_bytes()
+            .starts_with(format!("{LOCK_DIR}/{LOCK_PREFIX}").as_bytes())
+    }) {
+        // SAFETY: F_SETFD on a lock-file fd changes no memory.
+        unsafe { real::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
     }
 }
 

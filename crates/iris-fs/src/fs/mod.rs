@@ -534,6 +534,26 @@ impl Fs {
         self.opens.forked();
     }
 
+    /// This process's open of the volume's table of open files (see `opens`), for an exec to
+    /// pass to the new image.
+    pub fn opens_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        self.opens.raw_fd()
+    }
+
+    /// At the start of an image an exec started: take the previous image's open of the table
+    /// of open files, `fd` (false if it is not this volume's); call
+    /// [`Fs::settle_opens_after_exec`] once the inherited files are open again.
+    pub fn adopt_opens_fd(&self, fd: std::os::unix::io::RawFd) -> bool {
+        self.opens.adopt(fd)
+    }
+
+    /// After [`Fs::adopt_opens_fd`] and the new image's taking of its inherited files: let go
+    /// of the files the previous image held that this one does not.
+    pub fn settle_opens_after_exec(&self) {
+        let keep: Vec<u64> = self.open_counts.lock().keys().copied().collect();
+        self.opens.settle(keep);
+    }
+
     /// In a forked child, once it may open files again (after [`Fs::unlock_in_child`] and the
     /// caller's own locks): take this process's own locks on the files open in it, which it
     /// shared with its parent until now (see `opens`).
