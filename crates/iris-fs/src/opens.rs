@@ -39,19 +39,23 @@ pub(crate) struct Opens {
 pub(crate) struct Table {
     /// The open file description holding this process's locks.
     fd: Option<OwnFd>,
+    /// Whether `fd` is this process's to use: false in a forked child until it replaces its
+    /// parent's description (a fork's child handler cannot open files: the interposer's locks
+    /// are held). (The file is opened with the volume, not at the first use: the descriptor
+    /// takes one of the program's fd numbers, and it should not take it later, in the middle of
+    /// the program's run, where a program that counts its free numbers would see one vanish.)
+    ready: bool,
     /// The inodes this process holds (what a forked child must lock again).
     held: std::collections::HashSet<u64>,
-    /// Set in a forked child: `fd` is still the parent's description, to be replaced before
-    /// any use (a fork's child handler cannot open files: the interposer's locks are held).
-    inherited: bool,
 }
 
 impl Table {
-    /// The descriptor to lock through, after replacing one inherited from the parent.
+    /// The descriptor to lock through, replacing one inherited from the parent first.
     fn fd(&mut self, path: &str) -> Option<RawFd> {
-        if self.inherited {
-            self.inherited = false;
-            self.fd = open_file(path);
+        if !self.ready {
+            self.ready = true;
+            // The parent's shared flock keeps the file named meanwhile: no need to look.
+            self.fd = open_file(path, false);
             if let Some(fd) = self.fd.as_ref() {
                 for &ino in &self.held {
                     set_lock(fd.raw(), ino, libc::F_RDLCK);
@@ -67,9 +71,9 @@ impl Opens {
     pub(crate) fn open(volume_id: u64) -> Opens {
         let path = format!("{DIR}/iris-opens-{volume_id:016x}");
         let file = Mutex::new(Table {
-            fd: open_file(&path),
+            fd: open_file(&path, true),
+            ready: true,
             held: std::collections::HashSet::new(),
-            inherited: false,
         });
         Opens { path, file }
     }
@@ -115,7 +119,7 @@ impl Opens {
     /// an unlock through it would drop the parent's locks. The next use opens the child's own
     /// and locks again what this process holds (nothing can be opened here: see [`Table`]).
     pub(crate) fn forked(&self) {
-        self.file.lock().inherited = true;
+        self.file.lock().ready = false;
     }
 
     /// In a forked child once the interposer's own locks are free: replace the inherited
@@ -155,7 +159,7 @@ impl Opens {
         };
         let mut t = self.file.lock();
         t.fd = Some(own);
-        t.inherited = false;
+        t.ready = true;
         t.held.clear();
         true
     }
@@ -191,7 +195,7 @@ impl Drop for Opens {
     /// any more), so volumes' files do not pile up in /dev/shm.
     fn drop(&mut self) {
         let mut t = self.file.lock();
-        if t.inherited {
+        if !t.ready {
             return; // the parent's description: its flock is the parent's mark
         }
         if let Some(fd) = t.fd.take() {
@@ -205,8 +209,9 @@ impl Drop for Opens {
 
 /// Open the table's file at `path` (created if missing), as an own descriptor holding a shared
 /// `flock` for as long as it lives (the mark of a user: see `Drop`). If the last user removed
-/// the file between the open and the `flock`, a fresh one is opened under the same name.
-fn open_file(path: &str) -> Option<OwnFd> {
+/// the file between the open and the `flock`, a fresh one is opened under the same name
+/// (looked at only when `check_named`).
+fn open_file(path: &str, check_named: bool) -> Option<OwnFd> {
     for _ in 0..8 {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -217,12 +222,15 @@ fn open_file(path: &str) -> Option<OwnFd> {
             .open(path)
             .or_else(|_| std::fs::File::open(path))
             .ok()?;
-        let ours = file.metadata().ok()?;
         // SAFETY: flock on a descriptor this function owns.
         if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&file), libc::LOCK_SH) } != 0
         {
             return None;
         }
+        if !check_named {
+            return OwnFd::adopt(file.into_raw_fd());
+        }
+        let ours = file.metadata().ok()?;
         let named = std::fs::metadata(path).ok();
         if named.is_some_and(|n| {
             std::os::unix::fs::MetadataExt::ino(&n) == std::os::unix::fs::MetadataExt::ino(&ours)

@@ -446,8 +446,9 @@ impl Fs {
             .drain()
             .map(|(ino, _)| ino)
             .collect();
+        // (No unlock: the kernel drops this process's locks as it ends, and its own do not
+        // count in the check below.)
         for ino in held {
-            self.opens.let_go(ino);
             if self.getattr(ino).is_ok_and(|i| i.nlink == 0) && !self.is_open_anywhere(ino) {
                 self.finish_purge(ino);
             }
