@@ -1136,9 +1136,7 @@ fn synced_writes_survive_a_power_loss() {
 /// and the reads that followed failed with ENOENT.
 #[test]
 fn a_file_unlinked_by_another_process_stays_readable_until_its_last_close() {
-    let v = Volume::new("unlinked-elsewhere");
-    v.sh_ok("true");
-    let before = v.used_blocks();
+    let (v, before) = Volume::made("unlinked-elsewhere");
     v.python_prints_as_on_tmpfs(
         "unlinked-elsewhere",
         &[
@@ -1181,11 +1179,11 @@ os.waitpid(pid, 0)
     v.fsck_clean();
 }
 
-/// A new volume, and its used blocks after a Python process wrote 4 MiB to /iris/t, unlinked
-/// it while open and ended by `ending` (a statement) without closing it: (before, after).
-fn unlinked_and_left_open(v: &Volume, ending: &str) -> (u64, u64) {
-    v.sh_ok("true");
-    let before = v.used_blocks();
+/// A new volume (test `name`), and its used blocks before and after a Python process wrote
+/// 4 MiB to /iris/t, unlinked it while open and ended by `ending` (a statement) without
+/// closing it.
+fn unlinked_and_left_open(name: &str, ending: &str) -> (Volume, u64, u64) {
+    let (v, before) = Volume::made(name);
     v.sh_ok(&format!(
         "python3 -c 'import os, sys\n\
          fd = os.open(\"/iris/t\", os.O_CREAT | os.O_RDWR)\n\
@@ -1193,7 +1191,8 @@ fn unlinked_and_left_open(v: &Volume, ending: &str) -> (u64, u64) {
          os.unlink(\"/iris/t\")\n\
          {ending}'; true"
     ));
-    (before, v.used_blocks())
+    let after = v.used_blocks();
+    (v, before, after)
 }
 
 /// A file unlinked while open by a process that ends without closing it (killed here) is
@@ -1201,8 +1200,7 @@ fn unlinked_and_left_open(v: &Volume, ending: &str) -> (u64, u64) {
 /// crash recovery.
 #[test]
 fn a_file_left_open_and_unlinked_by_a_killed_process_is_freed_by_the_next_one() {
-    let v = Volume::new("left-open");
-    let (before, after) = unlinked_and_left_open(&v, "os.kill(os.getpid(), 9)");
+    let (v, before, after) = unlinked_and_left_open("left-open", "os.kill(os.getpid(), 9)");
     assert!(
         after >= before + 1024,
         "the orphan's 4 MiB are still held after its process died"
@@ -1217,8 +1215,7 @@ fn a_file_left_open_and_unlinked_by_a_killed_process_is_freed_by_the_next_one() 
 /// process opening the volume after it.
 #[test]
 fn a_file_left_open_and_unlinked_by_a_process_that_exits_is_freed_at_its_exit() {
-    let v = Volume::new("exit-open");
-    let (before, after) = unlinked_and_left_open(&v, "sys.exit(0)");
+    let (v, before, after) = unlinked_and_left_open("exit-open", "sys.exit(0)");
     assert_eq!(after, before, "freed at the exit of its only holder");
     v.fsck_clean();
 }
@@ -1228,9 +1225,7 @@ fn a_file_left_open_and_unlinked_by_a_process_that_exits_is_freed_at_its_exit() 
 /// of one of those frees it): every file's blocks are freed by the end.
 #[test]
 fn an_exec_keeps_the_files_it_inherits_open_and_lets_go_of_the_others() {
-    let v = Volume::new("exec-opens");
-    v.sh_ok("true");
-    let before = v.used_blocks();
+    let (v, before) = Volume::made("exec-opens");
     v.python_prints_as_on_tmpfs(
         "exec-opens",
         &[r#"import os, sys

@@ -84,6 +84,14 @@ impl Volume {
         );
     }
 
+    /// A fresh volume for test `name`, made by a first process, and its blocks in use then.
+    pub fn made(name: &str) -> (Volume, u64) {
+        let v = Volume::new(name);
+        v.sh_ok("true");
+        let used = v.used_blocks();
+        (v, used)
+    }
+
     /// The blocks in use, as `iris stat` reports them.
     pub fn used_blocks(&self) -> u64 {
         let out = Command::new(IRIS)
