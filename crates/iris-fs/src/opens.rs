@@ -6,7 +6,7 @@
 //! file in /dev/shm, and asks for a write lock there (F_OFD_GETLK) to learn whether any other
 //! process holds one. The kernel drops a process's locks when it ends however it ends, so a
 //! file whose last holder was killed is seen as closed: the next process to open the volume
-//! frees such orphans (`Fs::open_volume`). Without /dev/shm every check answers "not open
+//! frees such orphans (`Fs::on_store`). Without /dev/shm every check answers "not open
 //! elsewhere", as before this table.
 //!
 //! A forked child shares its parent's open file description, whose locks an unlock of the
@@ -101,18 +101,10 @@ impl Opens {
         let Some(fd) = self.file.lock().fd(&self.path) else {
             return false;
         };
-        let Ok(start) = libc::off_t::try_from(ino) else {
-            return false;
-        };
-        // SAFETY: all-zero is a valid flock, filled below.
-        let mut l: libc::flock = unsafe { std::mem::zeroed() };
-        l.l_type = libc::F_WRLCK as libc::c_short;
-        l.l_whence = libc::SEEK_SET as libc::c_short;
-        l.l_start = start;
-        l.l_len = 1;
-        // SAFETY: a valid descriptor and a live flock for the kernel to fill.
-        let rc = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut l) };
-        rc == 0 && l.l_type != libc::F_UNLCK as libc::c_short
+        // A write lock there would conflict with another description's read lock, and only
+        // with that: this process's own do not count.
+        lock_call(fd, libc::F_OFD_GETLK, libc::F_WRLCK, ino, 1)
+            .is_some_and(|l| l.l_type != libc::F_UNLCK as libc::c_short)
     }
 
     /// In a forked child, before any other thread runs: the description is the parent's, and
@@ -245,31 +237,35 @@ fn open_file(path: &str, check_named: bool) -> Option<OwnFd> {
 
 /// Clear this description's locks on `len` bytes from `start` (0: to the end).
 fn unlock_range(fd: RawFd, start: u64, len: u64) {
-    let (Ok(start), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
-        return;
-    };
-    // SAFETY: all-zero is a valid flock, filled below.
-    let mut l: libc::flock = unsafe { std::mem::zeroed() };
-    l.l_type = libc::F_UNLCK as libc::c_short;
-    l.l_whence = libc::SEEK_SET as libc::c_short;
-    l.l_start = start;
-    l.l_len = len;
-    // SAFETY: a valid descriptor and a live flock; an unlock never waits.
-    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &l) };
+    let _ = lock_call(fd, libc::F_OFD_SETLK, libc::F_UNLCK, start, len);
 }
 
-/// Set (or clear, with F_UNLCK) this description's lock on the byte at `ino`.
+/// Set (or clear, with F_UNLCK) this description's lock on the byte at `ino`. A read lock
+/// never waits for another read lock, and nothing here takes write locks, so F_OFD_SETLK does
+/// not fail for a conflict.
 fn set_lock(fd: RawFd, ino: u64, kind: libc::c_int) {
-    let Ok(start) = libc::off_t::try_from(ino) else {
-        return;
+    let _ = lock_call(fd, libc::F_OFD_SETLK, kind, ino, 1);
+}
+
+/// `fcntl(fd, cmd, ...)` with a lock of `kind` on `len` bytes from `start` (0: to the end);
+/// the lock as the kernel left it, or `None` if the call failed or the range does not fit.
+fn lock_call(
+    fd: RawFd,
+    cmd: libc::c_int,
+    kind: libc::c_int,
+    start: u64,
+    len: u64,
+) -> Option<libc::flock> {
+    let (Ok(start), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
+        return None;
     };
     // SAFETY: all-zero is a valid flock, filled below.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
     l.l_type = kind as libc::c_short;
     l.l_whence = libc::SEEK_SET as libc::c_short;
     l.l_start = start;
-    l.l_len = 1;
-    // SAFETY: a valid descriptor and a live flock. A read lock never waits for another read
-    // lock, and nothing here takes write locks, so F_OFD_SETLK does not fail for a conflict.
-    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &l) };
+    l.l_len = len;
+    // SAFETY: a valid descriptor and a live flock for the kernel to read and (GETLK) fill;
+    // the OFD commands used here never wait.
+    (unsafe { libc::fcntl(fd, cmd, &mut l) } == 0).then_some(l)
 }
