@@ -24,7 +24,7 @@ use crate::layout::{Layout, MAX_BLOCK_SIZE};
 use crate::node::{Node, Val};
 use crate::recovery::{self};
 use crate::region::Region;
-use crate::tree::{Ctx, Txn};
+use crate::tree::{Ctx, Parts, Txn};
 use crate::undo::Undo;
 use crate::volume_lock::{self, Acquired};
 
@@ -361,6 +361,8 @@ pub(crate) struct Inner {
     /// Undo records of in-place small writes.
     undo: Undo,
     failed: AtomicBool,
+    /// The handles above (and the buffer knob) as tree operations take them (see [`Ctx`]).
+    parts: Parts,
     /// Whether this open rebuilt the working state from the superblocks (first open after a
     /// reboot or power loss).
     recovered: bool,
@@ -549,14 +551,7 @@ impl Inner {
     }
 
     fn cx(&self) -> Ctx<'_> {
-        Ctx {
-            region: self.region,
-            layout: self.layout,
-            header: self.header,
-            alloc: self.alloc,
-            media: self.media.as_ref(),
-            buffer: u64::from(self.facts.buffer_bytes),
-        }
+        Ctx::new(&self.parts, self.media.as_ref())
     }
 
     /// Take every partition's lock, in order: the volume lock, for anything that changes the

@@ -29,19 +29,40 @@ const RUN_TO_SPLIT: u16 = 16;
 
 mod buffer;
 
-/// Everything a tree operation needs, borrowed from the store. Valid under the volume lock.
-#[derive(Clone, Copy)]
-pub(crate) struct Ctx<'a> {
+/// The handles into an open volume that every tree operation uses, kept once by the store (a
+/// [`Ctx`] refers to them: a transaction carries two words instead of a 300-byte copy, which
+/// every write moved several times).
+pub(crate) struct Parts {
     pub region: Region,
     pub layout: Layout,
     pub header: Header,
     pub alloc: Allocator,
-    pub media: &'a dyn Media,
     /// Bytes of messages an internal node may buffer (the volume's Bε knob; 0: a B+-tree).
     pub buffer: u64,
 }
 
+/// Everything a tree operation needs, borrowed from the store. Valid under the volume lock.
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    parts: &'a Parts,
+    pub media: &'a dyn Media,
+}
+
+impl std::ops::Deref for Ctx<'_> {
+    type Target = Parts;
+
+    #[inline]
+    fn deref(&self) -> &Parts {
+        self.parts
+    }
+}
+
 impl<'a> Ctx<'a> {
+    /// The context of `parts` on `media`.
+    pub fn new(parts: &'a Parts, media: &'a dyn Media) -> Self {
+        Ctx { parts, media }
+    }
+
     pub fn load(&self, block: u64, level: Option<u16>) -> Result<Node> {
         Node::load(
             self.region,

@@ -17,7 +17,7 @@ use crate::layout::{Layout, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::recovery::{self, Marks, Walk};
 use crate::region::Region;
 use crate::superblock::{Superblock, SUPER_BYTES};
-use crate::tree::{max_inline_for, Ctx};
+use crate::tree::{max_inline_for, Ctx, Parts};
 use crate::undo::Undo;
 use crate::volume_lock;
 
@@ -67,14 +67,14 @@ fn recover(
     header.set_snapshots(&sb.snapshots);
     header.set_volume_id(sb.volume_id);
     header.set_last_commit_ns(sb.commit_time_ns);
-    let cx = Ctx {
+    let parts = Parts {
         region,
         layout,
         header,
         alloc,
-        media,
         buffer: u64::from(sb.buffer_bytes),
     };
+    let cx = Ctx::new(&parts, media);
     let mut marks = Marks::new(layout.max_blocks);
     recovery::mark_tree(&cx, sb.root, &mut marks, Walk::MarkVerified, sb.generation)?;
     let live = marks.count();
@@ -402,6 +402,7 @@ impl Store {
     ) -> Store {
         let latency = media.latency();
         let region = Region::new(media.base(), media.mapped_len());
+        let buffer = u64::from(facts.buffer_bytes);
         let inner = Arc::new_cyclic(|me| Inner {
             media,
             region,
@@ -412,6 +413,13 @@ impl Store {
             latency,
             undo: Undo::new(region, layout),
             failed: AtomicBool::new(false),
+            parts: Parts {
+                region,
+                layout,
+                header,
+                alloc,
+                buffer,
+            },
             recovered,
             locations: super::locations::Locations::for_volume(layout.max_blocks),
             me: me.clone(),
