@@ -190,8 +190,9 @@ type PatchStart = Option<(Key, u64)>;
 enum PatchPlan {
     /// Nothing to write: skipped, or every word already holds its value.
     Nothing,
-    /// Words to write in place at the spot.
-    InPlace(crate::tree::Spot, Patch),
+    /// Words to write in place at the spot (boxed: a plan is moved on every write, and is
+    /// mostly `Nothing`; a spot is 300 bytes).
+    InPlace(Box<crate::tree::Spot>, Patch),
     /// Only holding every lock.
     Escalate,
 }
@@ -397,8 +398,9 @@ enum ReadSection<'a> {
 enum InPlaceLocks<'a> {
     /// The changed key's partition only.
     One(#[allow(dead_code)] Guard<'a>),
-    /// Several partitions (the changed key's and the patched key's), indexed by partition.
-    Many(#[allow(dead_code)] [Option<Guard<'a>>; PARTITIONS as usize]),
+    /// Several partitions (the changed key's and the patched key's), indexed by partition
+    /// (boxed: the common `One` is moved on every write, and rarely needs room for eight).
+    Many(#[allow(dead_code)] Box<[Option<Guard<'a>>; PARTITIONS as usize]>),
 }
 
 /// What an attempt at an in-place change under some partitions' locks came to.
@@ -696,7 +698,7 @@ impl Inner {
             let g = self.lock_partition_for(p, key)?;
             return Ok((!g.is_all()).then_some(InPlaceLocks::One(g)));
         }
-        Ok(overwrite::lock_partitions(self, held)?.map(InPlaceLocks::Many))
+        Ok(overwrite::lock_partitions(self, held)?.map(|g| InPlaceLocks::Many(Box::new(g))))
     }
 
     /// Run `attempt(held, then)` under the locks of the partitions in `held`: those

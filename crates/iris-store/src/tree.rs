@@ -1109,7 +1109,7 @@ impl<'a> Txn<'a> {
     }
 
     /// Publish a batch's root (no-op for single operations, already published), then release.
-    pub fn commit_publish(mut self) {
+    pub fn commit_publish(&mut self) {
         if !self.in_place {
             // It held every lock and may have moved keys between nodes.
             self.cx.header.bump_shape_seq();
@@ -1161,7 +1161,7 @@ impl<'a> Txn<'a> {
 
     /// Undo an unpublished transaction: free what it allocated. Only valid when nothing was
     /// published (batches, or a single operation that failed before its publish).
-    pub fn abort(mut self) {
+    pub fn abort(&mut self) {
         self.cx.header.bump_change_stamps(&self.touched);
         self.finished = true;
         for b in self.fresh.take().iter() {

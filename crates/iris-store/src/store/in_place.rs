@@ -153,7 +153,7 @@ impl Store {
             block,
             len: len as u32,
         };
-        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan, replacing)
+        Self::finish_in_place(inner, &mut txn, Some((key, at)), start, &plan, replacing)
             .map(InPlaceOutcome::Done)
     }
 
@@ -161,7 +161,7 @@ impl Store {
     /// patched key and its change stamp read before the plan.
     pub(super) fn finish_in_place(
         inner: &Inner,
-        mut txn: Txn<'_>,
+        txn: &mut Txn<'_>,
         located: Option<(Key, BlockRef)>,
         patch: Option<(Key, u64)>,
         plan: &PatchPlan,
@@ -238,7 +238,7 @@ impl Store {
         if held & (1 << partition_of(t.key)) == 0 || !txn.patchable_in_place(&spot)? {
             return Ok(PatchPlan::Escalate);
         }
-        Ok(PatchPlan::InPlace(spot, patch))
+        Ok(PatchPlan::InPlace(Box::new(spot), patch))
     }
 
     /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make
@@ -316,7 +316,8 @@ impl Store {
         then: &mut Option<ThenPatch<F>>,
         known: Option<Known>,
     ) -> Result<InPlaceOutcome> {
-        let txn = Txn::begin_in(inner.cx(), p);
+        // (Declared mutable here: moved later, its 800 bytes were copied on every write.)
+        let mut txn = Txn::begin_in(inner.cx(), p);
         let (block, len) = match known {
             // The stamp has not moved since the caller saw the value there (and no one can move
             // it while this lock is held), and the block is not the last commit's.
@@ -367,9 +368,8 @@ impl Store {
         // The location holds, so the stamp does too: cached locations stay good (readers that
         // overlap the bytes changing see the write sequence move instead).
         let at = BlockRef { block, len };
-        let mut txn = txn;
         txn.note_written_in_place(key);
-        Self::finish_in_place(inner, txn, Some((key, at)), start, &plan, true)
+        Self::finish_in_place(inner, &mut txn, Some((key, at)), start, &plan, true)
             .map(InPlaceOutcome::Done)
     }
 }

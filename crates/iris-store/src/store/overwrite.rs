@@ -131,7 +131,7 @@ impl Store {
             // Referenced by nothing, read by no reader: free at once.
             inner.alloc.free_now(b);
         }
-        Self::finish_in_place(inner, txn, None, start, &plan, true).map(Some)
+        Self::finish_in_place(inner, &mut txn, None, start, &plan, true).map(Some)
     }
 }
 
@@ -220,7 +220,7 @@ impl Store {
             block,
             len: end as u32,
         };
-        let put = Self::finish_in_place(inner, txn, Some((key, at)), start, &plan, true);
+        let put = Self::finish_in_place(inner, &mut txn, Some((key, at)), start, &plan, true);
         inner.undo.disarm(lowest);
         put.map(Some)
     }
