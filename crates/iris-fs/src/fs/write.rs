@@ -221,8 +221,10 @@ impl Fs {
             return Ok(Some(0));
         }
         let bs = self.block_size;
+        // (Block sizes are powers of two: shifts, not divisions, on every write.)
+        let shift = bs.trailing_zeros();
         let end = off.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
-        if end / bs > MAX_OFFSET {
+        if end >> shift > MAX_OFFSET {
             return Err(Errno::EFBIG);
         }
         // The byte range in the file's range lock (see `range_lock`): without the open file's
@@ -245,8 +247,8 @@ impl Fs {
         if ranges.is_some_and(|r| !r.is_idle()) {
             hold_range();
         }
-        let first = off / bs;
-        let last = (end - 1) / bs;
+        let first = off >> shift;
+        let last = (end - 1) >> shift;
         // Where the block is (the file's map word, else the leaf) is needed first: let the
         // miss overlap the clock and the inode. Only one of them: with an open file's map, the
         // leaf is looked at only when the map does not know the block, and a prefetch of it
@@ -280,7 +282,7 @@ impl Fs {
                 }
             };
             // One block: data, then size and times (see the module doc for why this order).
-            let in_block = (off % bs) as usize;
+            let in_block = (off & (bs - 1)) as usize;
             let end_in_block = in_block + data.len();
             if in_block == 0 && data.len() == bs as usize {
                 // A whole block: no old bytes to keep. Copied to a new block, the copy runs
