@@ -393,6 +393,33 @@ impl FileCache {
         }
     }
 
+    /// After this process's own copy of file block `block` to `at` moved the data's change
+    /// stamp to `stamp` (read under the write's lock, right after it): if the map was in force
+    /// at the stamp just before, that move was this write's alone (every change moves the stamp
+    /// once, so another one would have moved it past `stamp`), and every other word is as right
+    /// at `stamp` as it was. The map then moves to `stamp` keeping its words, with `block`'s
+    /// word at `at` first (so nobody reads the old one as current at `stamp`). Otherwise `at`
+    /// is kept as a hint (see [`FileCache::hint`]). Without this, each copy of a committed block
+    /// turned every word of the map into a miss: after a commit, random writes of a big file
+    /// walked the tree until they had relearned every block.
+    pub(crate) fn carry(&self, block: u64, stamp: u64, at: BlockRef) {
+        let Some((packed, slot)) = self.slot(block, at) else {
+            return;
+        };
+        if let Ok(_g) = self.advance.try_lock() {
+            let st = self.state.load(Ordering::SeqCst);
+            let before = stamp_bits(stamp.wrapping_sub(1));
+            if st != 0 && st >> EPOCH_BITS == before && stamp_bits(stamp) == before + 1 {
+                let epoch = st & EPOCH_MASK;
+                slot.store((packed << EPOCH_BITS) | epoch, Ordering::Release);
+                self.state
+                    .store((stamp_bits(stamp) << EPOCH_BITS) | epoch, Ordering::SeqCst);
+                return;
+            }
+        }
+        self.hint(block, at);
+    }
+
     /// Note where file block `block` was just written, with no epoch: a hint for
     /// [`FileCache::last_seen`], never an answer of [`FileCache::get`].
     pub(crate) fn hint(&self, block: u64, at: BlockRef) {
@@ -515,6 +542,34 @@ mod tests {
         let far = CHUNK_WORDS * CHUNKS as u64 + 1;
         c.put(far, e2, at(1));
         assert_eq!(c.get(far, e2), None);
+    }
+
+    #[test]
+    fn a_carry_keeps_the_map_across_the_one_move_it_made() {
+        let c = FileCache::new(7);
+        let e = c.epoch(10).expect("first epoch");
+        c.put(3, e, at(100));
+        c.put(4, e, at(200));
+        // This process's copy of block 3 moved the stamp 10 -> 11: block 4 stays known, block 3
+        // is where the copy went.
+        c.carry(3, 11, at(300));
+        let e11 = c.epoch_now(11).expect("the map is in force at 11");
+        assert_eq!(c.get(4, e11), Some(at(200)));
+        assert_eq!(c.get(3, e11), Some(at(300)));
+        assert_eq!(c.epoch_now(10), None, "no longer in force at 10");
+        // A move the map did not see (11 -> 12 by someone else), then a copy that moved it to
+        // 13: nothing is carried, the copy is only a hint.
+        c.carry(4, 13, at(400));
+        assert_eq!(c.epoch_now(13), None);
+        assert_eq!(c.last_seen(4), Some(at(400)));
+        let e13 = c.epoch(13).expect("a new epoch");
+        assert_eq!(c.get(3, e13), None, "a new epoch knows nothing");
+        assert_eq!(c.get(4, e13), None);
+        // A map not in force yet carries nothing either.
+        let fresh = FileCache::new(8);
+        fresh.carry(1, 5, at(500));
+        assert_eq!(fresh.epoch_now(5), None);
+        assert_eq!(fresh.last_seen(1), Some(at(500)));
     }
 
     #[test]

@@ -1065,6 +1065,7 @@ impl Store {
                     let mut tmp = [0u8; MAX_BLOCK_SIZE as usize / 4];
                     f(old_bytes, &mut tmp[..len]);
                     txn.put_at(&spot, key, Val::Inline(&tmp[..len]))
+                        .map(|()| None)
                 } else {
                     let (block, gen) = txn.alloc_data()?;
                     let f = fill
@@ -1084,11 +1085,19 @@ impl Store {
                             gen,
                         },
                     )
+                    .map(|()| {
+                        Some(BlockRef {
+                            block,
+                            len: len as u32,
+                        })
+                    })
                 }
             })();
             match r {
-                Ok(()) => {
+                Ok(at) => {
                     txn.commit_publish();
+                    // (The key's stamp right after its publish, before the patch's.)
+                    let located = at.map(|at| (inner.header.change_stamp(key), at));
                     let expected = then.as_ref().is_some_and(|t| t.sync_expected);
                     let patch_key = then.as_ref().map(|t| t.key);
                     let (found, patched) =
@@ -1102,7 +1111,7 @@ impl Store {
                         found,
                         replaced,
                         patched,
-                        located: None,
+                        located,
                         patched_stamp,
                     });
                 }

@@ -326,8 +326,8 @@ impl Fs {
                 if !put.found {
                     return Err(Errno::ENOENT);
                 }
-                if let (Some(f), Some((_, at))) = (file, put.located) {
-                    f.hint(first, at);
+                if let (Some(f), Some((stamp, at))) = (file, put.located) {
+                    f.carry(first, stamp, at);
                 }
                 self.refresh_inode_after(&inode, &put, after.get());
                 return Ok(Some(data.len()));
@@ -407,6 +407,9 @@ impl Fs {
                     .map_err(store_err)?;
                 if !put.found {
                     return Err(Errno::ENOENT);
+                }
+                if let (Some(f), Some((stamp, at))) = (file, put.located) {
+                    f.carry(first, stamp, at);
                 }
                 return Ok(Some(data.len()));
             }
@@ -531,5 +534,93 @@ impl Fs {
             put_inode_tx(tx, &i)?;
             Ok(off)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use iris_media::SimMedia;
+    use iris_store::{CreateOptions, OpenOptions, Store};
+
+    use crate::keys::{key, Kind};
+    use crate::{Cred, Fs, ROOT_INO};
+
+    #[test]
+    fn a_copy_of_a_committed_block_leaves_the_rest_of_the_files_map_in_force() {
+        let sim = Arc::new(SimMedia::new(16 << 20));
+        let opts = CreateOptions {
+            size_limit_bytes: 16 << 20,
+            initial_bytes: 16 << 20,
+            ..CreateOptions::default()
+        };
+        let boot = OpenOptions {
+            boot_id: Some(1),
+            commit_interval: None,
+        };
+        let store = Store::create_on(Box::new(sim), &opts, &boot).expect("store");
+        let fs = Fs::on_store(store).expect("fs");
+        let ino = fs
+            .open(
+                &Cred::root(),
+                ROOT_INO,
+                b"f",
+                libc::O_CREAT | libc::O_RDWR,
+                0o644,
+            )
+            .expect("create")
+            .ino;
+        let map = fs.file_cache(ino);
+        for b in 0..4u8 {
+            let written = fs.write_file(&map, u64::from(b) * 4096, &[b + 1; 4096]);
+            assert_eq!(written.expect("write"), Some(4096));
+        }
+        fs.sync().expect("commit");
+        // The map learns every block again through reads.
+        let mut buf = vec![0u8; 4096];
+        for b in 0..4u64 {
+            assert_eq!(
+                fs.read_file(&map, b * 4096, &mut buf).expect("read"),
+                Some(4096)
+            );
+        }
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        let e = map.epoch_now(stamp()).expect("in force after the reads");
+        assert!(map.get(1, e).is_some());
+        // Block 0 is the last commit's: the write copies it, which moves the data's stamp.
+        let before = stamp();
+        assert_eq!(
+            fs.write_file(&map, 0, &[9u8; 4096]).expect("copy"),
+            Some(4096)
+        );
+        assert_ne!(stamp(), before, "the copy moved the stamp");
+        let e = map.epoch_now(stamp()).expect("the map is still in force");
+        assert!(map.get(1, e).is_some(), "the other blocks stay known");
+        assert!(
+            map.get(0, e).is_some(),
+            "the copied block is known where it went"
+        );
+        for (b, byte) in [(0u64, 9u8), (1, 2), (2, 3), (3, 4)] {
+            assert_eq!(
+                fs.read_file(&map, b * 4096, &mut buf).expect("read"),
+                Some(4096)
+            );
+            assert!(buf.iter().all(|&x| x == byte), "block {b}");
+        }
+        // A partial write into a committed block copies it too, and carries the map the same.
+        fs.sync().expect("commit");
+        assert_eq!(
+            fs.write_file(&map, 4096 + 100, &[7u8; 50]).expect("copy"),
+            Some(50)
+        );
+        let e = map.epoch_now(stamp()).expect("still in force");
+        assert!(map.get(1, e).is_some() && map.get(2, e).is_some());
+        assert_eq!(
+            fs.read_file(&map, 4096, &mut buf).expect("read"),
+            Some(4096)
+        );
+        assert!(buf[..100].iter().all(|&x| x == 2) && buf[100..150].iter().all(|&x| x == 7));
+        assert!(buf[150..].iter().all(|&x| x == 2));
     }
 }
