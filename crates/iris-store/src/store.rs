@@ -184,9 +184,7 @@ pub struct BlockPut {
 /// The key a patch changes and its change stamp before (see `Store::finish_in_place`).
 type PatchStart = Option<(Key, u64)>;
 
-/// Where [`ThenPatch`] goes, holding one partition's lock. (Lives on the stack for one call: the
-/// size of the in-place variant costs nothing, a box would cost an allocation.)
-#[allow(clippy::large_enum_variant)]
+/// Where [`ThenPatch`] goes, holding one partition's lock.
 enum PatchPlan {
     /// Nothing to write: skipped, or every word already holds its value.
     Nothing,
