@@ -200,7 +200,9 @@ const RUN_CONFIRMED: u64 = 1;
 /// only while the state is the one its lookup began in: a fill that raced a move, or a wrap and
 /// the moves after it, can never leave a word that reads as current for another stamp. (Writes
 /// trust the map's answer, checked against the stamp under the store's lock: a stale word there
-/// would name another block.)
+/// would name another block.) A write that moved the stamp itself by copying a block may move
+/// the map to the new stamp with its words kept ([`FileCache::carry`]): also under that lock,
+/// and a move of the state, so fills begun before it store nothing.
 pub struct FileCache {
     ino: u64,
     /// (stamp << EPOCH_BITS) | epoch; 0 before first use.
