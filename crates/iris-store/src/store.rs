@@ -189,8 +189,8 @@ enum PatchPlan {
     /// Nothing to write: skipped, or every word already holds its value.
     Nothing,
     /// Words to write in place at the spot (boxed: a plan is moved on every write, and is
-    /// mostly `Nothing`; a spot is 300 bytes).
-    InPlace(Box<crate::tree::Spot>, Patch),
+    /// mostly `Nothing`; a spot and a patch are 450 bytes).
+    InPlace(Box<(crate::tree::Spot, Patch)>),
     /// Only holding every lock.
     Escalate,
 }

@@ -168,7 +168,8 @@ impl Store {
         replaced: bool,
     ) -> Result<BlockPut> {
         let patched = match plan {
-            PatchPlan::InPlace(spot, words) => {
+            PatchPlan::InPlace(at) => {
+                let (spot, words) = &**at;
                 txn.patch_at(spot, &words.words[..words.count])? == Some(true)
             }
             _ => false,
@@ -238,7 +239,7 @@ impl Store {
         if held & (1 << partition_of(t.key)) == 0 || !txn.patchable_in_place(&spot)? {
             return Ok(PatchPlan::Escalate);
         }
-        Ok(PatchPlan::InPlace(Box::new(spot), patch))
+        Ok(PatchPlan::InPlace(Box::new((spot, patch))))
     }
 
     /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make

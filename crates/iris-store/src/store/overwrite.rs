@@ -198,7 +198,8 @@ impl Store {
         let mut words = [(0u64, 0u64); 9];
         words[0] = (len_word, inner.region.read_u64(len_word));
         let mut n = 1;
-        if let PatchPlan::InPlace(at, patch) = &plan {
+        if let PatchPlan::InPlace(planned) = &plan {
+            let (at, patch) = &**planned;
             let Some(value) = at.inline_value_off() else {
                 return Ok(None);
             };
