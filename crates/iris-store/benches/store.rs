@@ -13,6 +13,8 @@
 //!   (systems: floor, Iris, LMDB, redb, shapes; cells: the ids in the ratio table's code), for
 //!   profiling one workload. `IRIS_BENCH_KEYS=32768,...` picks the key spaces,
 //!   `IRIS_BENCH_THREADS=1` (or 2) the thread count.
+//! - `IRIS_BENCH_BUFFER=BYTES`: the Iris volume of the block cells with message buffers of this
+//!   size (a Bε-tree; default 0, a plain B+-tree, as the file system's volumes).
 //! - `IRIS_READ_NS` / `IRIS_WRITE_NS` are Iris's own latency model; the bench prints them when set
 //!   because they slow Iris (and only Iris) down on purpose.
 //!
@@ -409,6 +411,15 @@ fn bench_floor(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
     guard.remove_now();
 }
 
+/// The message-buffer size of the Iris volume in the block cells: `IRIS_BENCH_BUFFER` bytes, else
+/// 0 (a plain B+-tree, the shape the file system uses).
+fn buffer_bytes() -> u32 {
+    std::env::var("IRIS_BENCH_BUFFER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn bench_iris(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
     let path = shm_path("iris.vol");
     let mut guard = Cleanup(vec![path.clone()]);
@@ -418,7 +429,7 @@ fn bench_iris(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
         size_limit_bytes: sp.bytes() * 2 + 512 * MIB,
         initial_bytes: 64 * MIB,
         inline_max: None,
-        buffer_bytes: 0,
+        buffer_bytes: buffer_bytes(),
     };
     let store = Store::create(&path, &opts).expect("create Iris volume");
     let val = vec![0xa5u8; BLOCK];

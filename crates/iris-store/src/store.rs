@@ -939,6 +939,8 @@ impl Store {
     #[inline]
     fn get_remembered(&self, key: Key, buf: &mut [u8]) -> Option<usize> {
         let (stamp, at) = self.inner.locations.get(key)?;
+        // The value's first lines start on their way while the stamp and marks are checked.
+        self.prefetch_bytes(at, 0, buf.len());
         self.read_known(|v| {
             if v.change_stamp(key) != stamp {
                 return None;
