@@ -6,10 +6,19 @@
 //! number, close-on-exec, its page still mapped. The next open takes it back to the lowest free
 //! fd number, the one a new memfd would have had.
 //!
+//! A spare taken is *lent*: its entry keeps the high number open while the description is in
+//! use, so an open costs one duplicate (and the check of it) and the description's return at
+//! its last close costs no system call at all, where moving the number down and back up again
+//! cost two more (`fcntl` and `close`; sqlite3 opens and closes its journal and its directory
+//! in every transaction). The description holds the entry's [`Lent`] ticket; an entry a put
+//! needs while every entry is spare or lent is taken back from a lent description, whose
+//! return then finds its ticket void and is put like any other.
+//!
 //! The program may close or reuse a high number behind our back (close_range, a raw dup2): an
-//! entry is checked against the memfd it names (device and inode) when taken, and dropped if it
-//! no longer names it. Only atomics, no lock: a forked child empties its copy of the pool (its
-//! parent reuses the memfds) and never waits on an entry another thread held at the fork.
+//! entry is checked against the memfd it names (device and inode) when taken, and before its
+//! number is closed, and dropped if it no longer names it. Only atomics, no lock: a forked
+//! child empties its copy of the pool (its parent reuses the memfds) and never waits on an
+//! entry another thread held at the fork.
 
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -17,14 +26,17 @@ use libc::c_void;
 
 use crate::real;
 
-/// Entries in the pool: enough for the files a program opens and closes in turn.
-const SLOTS: usize = 8;
+/// Entries in the pool: enough for the files a program opens and closes in turn, beside the
+/// ones lent to its files open for long.
+const SLOTS: usize = 16;
 /// Bytes of a description's mapped page (see `description`).
 const PAGE: usize = 4096;
 
 const EMPTY: u32 = 0;
 const BUSY: u32 = 1;
 const FULL: u32 = 2;
+/// Its memfd is in use by a description (which owns the page), its high number still open.
+const LENT: u32 = 3;
 
 /// One spare: its memfd at a high number, its mapped page and the memfd's identity.
 struct Entry {
@@ -33,6 +45,8 @@ struct Entry {
     page: AtomicPtr<c_void>,
     dev: AtomicU64,
     ino: AtomicU64,
+    /// The ticket of the lending in force (see [`Lent`]).
+    ticket: AtomicU64,
 }
 
 impl Entry {
@@ -43,9 +57,21 @@ impl Entry {
             page: AtomicPtr::new(std::ptr::null_mut()),
             dev: AtomicU64::new(0),
             ino: AtomicU64::new(0),
+            ticket: AtomicU64::new(0),
         }
     }
 }
+
+/// What a description taken from the pool holds: its entry and the ticket of that lending. A
+/// ticket is void once the entry was taken back (see the module doc) or emptied in a child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lent {
+    slot: usize,
+    ticket: u64,
+}
+
+/// The last ticket handed out (tickets start at 1 and never repeat).
+static TICKETS: AtomicU64 = AtomicU64::new(0);
 
 static POOL: [Entry; SLOTS] = [const { Entry::new() }; SLOTS];
 
@@ -103,11 +129,11 @@ pub(crate) fn id_of(fd: i32) -> Option<MemfdId> {
     (unsafe { real::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
-/// A spare moved to the lowest free fd number (close-on-exec when `cloexec`), its mapped page
-/// (the caller writes the description anew) and its memfd's identity; `None` when there is
-/// none.
-pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void, MemfdId)> {
-    for e in POOL.iter() {
+/// A spare duplicated to the lowest free fd number (close-on-exec when `cloexec`), its mapped
+/// page (the caller writes the description anew), its memfd's identity and the ticket of the
+/// lending (see [`give_back`]); `None` when there is none.
+pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void, MemfdId, Lent)> {
+    for (slot, e) in POOL.iter().enumerate() {
         if e.state.load(Ordering::Relaxed) != FULL
             || e.state
                 .compare_exchange(FULL, BUSY, Ordering::Acquire, Ordering::Relaxed)
@@ -117,7 +143,6 @@ pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void, MemfdId)> {
         }
         let (high, page) = (e.fd.load(Ordering::Relaxed), e.page.load(Ordering::Relaxed));
         let (dev, ino) = (e.dev.load(Ordering::Relaxed), e.ino.load(Ordering::Relaxed));
-        e.state.store(EMPTY, Ordering::Release);
         let cmd = if cloexec {
             libc::F_DUPFD_CLOEXEC
         } else {
@@ -132,6 +157,7 @@ pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void, MemfdId)> {
                 unsafe { real::close(high) };
             }
             unmap(page);
+            e.state.store(EMPTY, Ordering::Release);
             continue;
         }
         if !names(low, dev, ino) {
@@ -139,13 +165,87 @@ pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void, MemfdId)> {
             // SAFETY: closing the duplicate just made.
             unsafe { real::close(low) };
             unmap(page);
+            e.state.store(EMPTY, Ordering::Release);
             continue;
         }
-        // SAFETY: `high` names our memfd (its duplicate `low` does): closing our own fd.
-        unsafe { real::close(high) };
-        return Some((low, page, (dev, ino)));
+        let ticket = TICKETS.fetch_add(1, Ordering::Relaxed) + 1;
+        e.ticket.store(ticket, Ordering::Relaxed);
+        e.state.store(LENT, Ordering::Release);
+        return Some((low, page, (dev, ino), Lent { slot, ticket }));
     }
     None
+}
+
+/// Claim the entry of `lent` (LENT -> BUSY) if its ticket is still in force.
+fn claim(lent: Lent) -> Option<&'static Entry> {
+    let e = POOL.get(lent.slot)?;
+    if e.state
+        .compare_exchange(LENT, BUSY, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return None;
+    }
+    if e.ticket.load(Ordering::Relaxed) != lent.ticket {
+        e.state.store(LENT, Ordering::Release);
+        return None;
+    }
+    Some(e)
+}
+
+/// The lent description's memfd (its last fd, which the caller closes next) comes back as a
+/// spare with its mapped `page`, without a system call: its entry kept the high number.
+/// `false` (nothing done) when the ticket is void; the caller then tries [`put`].
+pub(crate) fn give_back(lent: Lent, page: *mut c_void) -> bool {
+    let Some(e) = claim(lent) else {
+        return false;
+    };
+    e.page.store(page, Ordering::Relaxed);
+    e.state.store(FULL, Ordering::Release);
+    true
+}
+
+/// The lent description is not coming back (it left the process, or is dropped): its entry
+/// closes the high number (if it still names the memfd) and is empty again. Nothing when the
+/// ticket is void.
+pub(crate) fn release(lent: Lent) {
+    if let Some(e) = claim(lent) {
+        close_high(e);
+        e.state.store(EMPTY, Ordering::Release);
+    }
+}
+
+/// Close the high number of claimed entry `e` if it still names the entry's memfd.
+fn close_high(e: &Entry) {
+    let high = e.fd.load(Ordering::Relaxed);
+    if names(
+        high,
+        e.dev.load(Ordering::Relaxed),
+        e.ino.load(Ordering::Relaxed),
+    ) {
+        // SAFETY: `high` names our memfd: closing our own fd.
+        unsafe { real::close(high) };
+    }
+}
+
+/// An entry for a put: an empty one, else one taken back from a lent description (its high
+/// number closed; the description's ticket is void from here on). Claimed (BUSY).
+fn entry_for_put() -> Option<&'static Entry> {
+    let empty = POOL.iter().find(|e| {
+        e.state.load(Ordering::Relaxed) == EMPTY
+            && e.state
+                .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    });
+    empty.or_else(|| {
+        let e = POOL.iter().find(|e| {
+            e.state.load(Ordering::Relaxed) == LENT
+                && e.state
+                    .compare_exchange(LENT, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        })?;
+        close_high(e);
+        Some(e)
+    })
 }
 
 /// Keep the memfd `fd` (identity `id`, whose last close the caller makes next) and its mapped
@@ -156,12 +256,7 @@ pub(crate) fn put(fd: i32, page: *mut c_void, id: MemfdId) -> bool {
     if min < 0 {
         return false;
     }
-    let Some(e) = POOL.iter().find(|e| {
-        e.state.load(Ordering::Relaxed) == EMPTY
-            && e.state
-                .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-    }) else {
+    let Some(e) = entry_for_put() else {
         return false;
     };
     // SAFETY: duplicating the caller's fd to a free number at or above `min`.
@@ -186,35 +281,43 @@ pub(crate) fn put(fd: i32, page: *mut c_void, id: MemfdId) -> bool {
 /// entry another thread of the parent held at the fork is only forgotten.
 pub(crate) fn empty_in_child() {
     for e in POOL.iter() {
-        if e.state.load(Ordering::Relaxed) == FULL {
-            // SAFETY: the child's copy of the parent's spare: its own fd now.
-            unsafe { real::close(e.fd.load(Ordering::Relaxed)) };
-            unmap(e.page.load(Ordering::Relaxed));
+        match e.state.load(Ordering::Relaxed) {
+            FULL => {
+                // SAFETY: the child's copy of the parent's spare: its own fd now.
+                unsafe { real::close(e.fd.load(Ordering::Relaxed)) };
+                unmap(e.page.load(Ordering::Relaxed));
+            }
+            // A lent one's page is its description's; the high number is the child's copy.
+            LENT => {
+                // SAFETY: as above.
+                unsafe { real::close(e.fd.load(Ordering::Relaxed)) };
+            }
+            _ => {}
         }
         e.state.store(EMPTY, Ordering::Relaxed);
     }
 }
 
-/// Give every spare's fd number back (the program is out of numbers: EMFILE); how many.
+/// Give every spare's fd number back, and the high numbers of the lent ones (the program is
+/// out of numbers: EMFILE); how many.
 pub(crate) fn drain() -> usize {
     let mut given = 0;
     for e in POOL.iter() {
         if e.state
             .compare_exchange(FULL, BUSY, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
+            .is_ok()
         {
+            close_high(e);
+            unmap(e.page.load(Ordering::Relaxed));
+        } else if e
+            .state
+            .compare_exchange(LENT, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            close_high(e);
+        } else {
             continue;
         }
-        let high = e.fd.load(Ordering::Relaxed);
-        if names(
-            high,
-            e.dev.load(Ordering::Relaxed),
-            e.ino.load(Ordering::Relaxed),
-        ) {
-            // SAFETY: `high` names our memfd: closing our own fd.
-            unsafe { real::close(high) };
-        }
-        unmap(e.page.load(Ordering::Relaxed));
         e.state.store(EMPTY, Ordering::Release);
         given += 1;
     }
@@ -233,47 +336,115 @@ pub(crate) fn spares() -> usize {
 mod tests {
     use super::*;
 
+    /// The number of the entry in state `state`, if one is.
+    fn number_in(state: u32) -> Option<i32> {
+        POOL.iter()
+            .find(|e| e.state.load(Ordering::Relaxed) == state)
+            .map(|e| e.fd.load(Ordering::Relaxed))
+    }
+
+    /// Whether `fd` is open.
+    fn is_open(fd: i32) -> bool {
+        // SAFETY: F_GETFD only reads flags.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    }
+
     #[test]
-    fn a_spare_comes_back_at_the_lowest_free_number_unless_its_number_was_taken() {
+    fn a_spare_is_lent_given_back_taken_back_and_dropped_when_its_number_was_taken() {
         // One test: the pool is the process's.
         let (fd, page, id) = crate::description::Desc::make(true).expect("a description memfd");
         let (page, id) = (page.cast::<c_void>(), id.expect("its identity"));
         assert!(put(fd, page, id));
         assert_eq!(spares(), 1);
+        let high = number_in(FULL).expect("the spare's high number");
         // SAFETY: the caller of `put` closes its fd next, as close() does.
         unsafe { libc::close(fd) };
-        let (low, back, back_id) = take(true).expect("the spare");
+        let (low, back, back_id, lent) = take(true).expect("the spare");
         assert_eq!(
             (id_of(low), back, back_id),
             (Some(id), page, id),
             "the same memfd and page"
         );
         // (The lowest free number: `fd` here, unless another test took or freed one meanwhile.)
-        assert!(low < high_min(), "moved back down from its high number");
+        assert!(low < high_min(), "duplicated down from its high number");
         assert_eq!(spares(), 0);
+        assert_eq!(
+            number_in(LENT),
+            Some(high),
+            "lent, its high number kept open"
+        );
+        assert_eq!(id_of(high), Some(id));
+
+        // Its last close gives it back as it is: a spare again at the same high number.
+        assert!(give_back(lent, back));
+        assert!(!give_back(lent, back), "a ticket is spent once");
+        // SAFETY: closing the low number, as close() does after `give_back`.
+        unsafe { libc::close(low) };
+        assert_eq!((spares(), number_in(FULL)), (1, Some(high)));
+
+        // Lent again, then taken back for a put while every other entry is in use: the lent
+        // description's ticket is void, and its return goes through `put` instead.
+        let (low, back, _, lent) = take(true).expect("the spare again");
+        let mut others = Vec::new();
+        for _ in 1..SLOTS {
+            let (fd, page, id) = crate::description::Desc::make(true).expect("a memfd");
+            assert!(put(fd, page.cast(), id.expect("identity")));
+            // SAFETY: as above.
+            unsafe { libc::close(fd) };
+            others.push(take(true).expect("taken"));
+        }
+        assert_eq!(number_in(EMPTY), None, "every entry lent");
+        let (fd, extra_page, extra_id) = crate::description::Desc::make(true).expect("a memfd");
+        assert!(
+            put(fd, extra_page.cast(), extra_id.expect("identity")),
+            "an entry taken back"
+        );
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        assert_eq!(spares(), 1);
+        assert!(!give_back(lent, back), "its ticket went with the entry");
+        // Lent to another description: the old ticket still gives nothing back.
+        let (extra_low, _, _, extra) = take(true).expect("the new spare");
+        assert_eq!(extra.slot, lent.slot);
+        assert!(!give_back(lent, back), "a void ticket, its entry lent anew");
+        assert!(give_back(extra, extra_page.cast()));
+        // SAFETY: as above.
+        unsafe { libc::close(extra_low) };
+        assert_ne!(
+            id_of(high),
+            Some(id),
+            "the taken-back entry's high number closed (or reused for the new spare)"
+        );
+        // The descriptions still lent are released (as when they are dropped unused).
+        for (low, page, _, lent) in others {
+            let number = POOL[lent.slot].fd.load(Ordering::Relaxed);
+            release(lent);
+            assert!(!is_open(number), "a released entry's high number closed");
+            // SAFETY: this test's own fd and mapping.
+            unsafe {
+                libc::close(low);
+                libc::munmap(page, PAGE);
+            }
+        }
+        assert_eq!(spares(), 1);
+        // SAFETY: as above.
+        unsafe {
+            libc::close(low);
+            libc::munmap(back, PAGE);
+        }
 
         // The program closes the spare's high number and opens a file of its own there.
-        assert!(put(low, back, id));
-        // SAFETY: closing the low number, as close() does after `put`.
-        unsafe { libc::close(low) };
-        let high = POOL
-            .iter()
-            .find(|e| e.state.load(Ordering::Relaxed) == FULL)
-            .map(|e| e.fd.load(Ordering::Relaxed))
-            .expect("a full entry");
+        let high = number_in(FULL).expect("a full entry");
         // SAFETY: replacing the spare's number with /dev/null, as a program's dup2 would.
         let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
         assert!(null >= 0);
         assert_eq!(unsafe { libc::dup2(null, high) }, high);
-        assert_eq!(
-            take(true),
-            None,
+        assert!(
+            take(true).is_none(),
             "a spare whose number names another file is dropped"
         );
         assert_eq!(spares(), 0);
-        // The program's file is left open.
-        // SAFETY: F_GETFD only reads flags.
-        assert!(unsafe { libc::fcntl(high, libc::F_GETFD) } >= 0);
+        assert!(is_open(high), "the program's file is left open");
         // SAFETY: closing this test's own fds.
         unsafe {
             libc::close(high);

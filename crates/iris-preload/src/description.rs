@@ -50,6 +50,8 @@ pub(crate) struct Desc {
     private: AtomicBool,
     /// Its memfd's identity, when made here (a spare is checked by it, see `desc_pool`).
     memfd: Option<crate::desc_pool::MemfdId>,
+    /// The pool's ticket, when its memfd was a spare (see `desc_pool`).
+    lent: Option<crate::desc_pool::Lent>,
 }
 
 /// Forks and spawns this process has made: a description made before one may have an fd in
@@ -71,6 +73,9 @@ impl Drop for Desc {
     fn drop(&mut self) {
         // SAFETY: unmapping the page mapped in `map`; no reference outlives the Desc.
         unsafe { real::munmap(self.page.cast(), PAGE) };
+        if let Some(lent) = self.lent {
+            crate::desc_pool::release(lent);
+        }
     }
 }
 
@@ -123,14 +128,14 @@ impl Desc {
         is_dir: bool,
         cloexec: bool,
     ) -> Result<(i32, Desc), i32> {
-        let (fd, page, memfd) = match crate::desc_pool::take(cloexec) {
-            Some((fd, page, id)) => (fd, page.cast::<SharedDesc>(), Some(id)),
+        let ((fd, page, memfd), lent) = match crate::desc_pool::take(cloexec) {
+            Some((fd, page, id, lent)) => ((fd, page.cast::<SharedDesc>(), Some(id)), Some(lent)),
             None => match Self::make(cloexec) {
-                Ok(made) => made,
+                Ok(made) => (made, None),
                 Err(libc::EMFILE) => {
                     // The spares hold numbers the program needs.
                     let _ = crate::desc_pool::drain();
-                    Self::make(cloexec)?
+                    (Self::make(cloexec)?, None)
                 }
                 Err(e) => return Err(e),
             },
@@ -140,6 +145,7 @@ impl Desc {
             born: FORKS.load(Ordering::SeqCst),
             private: AtomicBool::new(cloexec),
             memfd,
+            lent,
         };
         let s = d.shared();
         s.volume_id.store(volume_id, Ordering::Relaxed);
@@ -218,6 +224,7 @@ impl Desc {
             born: u64::MAX,
             private: AtomicBool::new(false),
             memfd: None,
+            lent: None,
         };
         let s = d.shared();
         (s.magic.load(Ordering::Acquire) == DESC_MAGIC
@@ -232,23 +239,21 @@ impl Desc {
     }
 
     /// Dispose of the description as its last fd in this process, `fd`, is closed (the caller
-    /// closes `fd` after this): kept for reuse (see `desc_pool`) when it never left the
-    /// process: made here, no fork or spawn since, and close-on-exec all along (checked once
-    /// more on `fd`, which an ioctl may have changed unseen); else unmapped.
+    /// closes `fd` after this): kept for reuse (see `desc_pool`: given back to its entry when
+    /// lent by the pool, else moved to a high number) when it never left the process: made
+    /// here, no fork or spawn since, and no fd of it inheritable (every way Iris sees an fd
+    /// become so marks it: dup, dup2, F_DUPFD, F_SETFD, FIONCLEX, SCM_RIGHTS; no system call
+    /// asks the kernel again, a raw system call the interposer does not see is not
+    /// followed); else unmapped.
     pub fn retire(self, fd: i32) {
-        let cloexec = || {
-            // SAFETY: F_GETFD reads the fd's flags and changes nothing.
-            let f = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
-            f >= 0 && f & libc::FD_CLOEXEC != 0
-        };
         let Some(id) = self.memfd else { return };
-        if self.private.load(Ordering::Relaxed)
-            && self.born == FORKS.load(Ordering::SeqCst)
-            && cloexec()
-        {
+        if self.private.load(Ordering::Relaxed) && self.born == FORKS.load(Ordering::SeqCst) {
             self.shared().magic.store(0, Ordering::Release);
-            if crate::desc_pool::put(fd, self.page.cast(), id) {
-                // The pool owns the mapping now.
+            let back = self
+                .lent
+                .is_some_and(|lent| crate::desc_pool::give_back(lent, self.page.cast()));
+            if back || crate::desc_pool::put(fd, self.page.cast(), id) {
+                // The pool owns the mapping now (and the ticket is spent or void).
                 std::mem::forget(self);
             }
         }
