@@ -212,6 +212,15 @@ impl Allocator {
             return;
         }
         self.readers.grace_period();
+        self.drain_all_now();
+    }
+
+    /// Free every block parked in any partition's limbo, right away: the caller waited a grace
+    /// period after the last of them was parked (and holds every lock, so none is parked since).
+    fn drain_all_now(&self) {
+        if self.readers.parked() == 0 {
+            return;
+        }
         let mut parked = Vec::new();
         for p in 0..PARTITIONS {
             self.readers.take_parked(p, &mut parked);
@@ -626,9 +635,10 @@ impl Allocator {
     /// After a durable commit: every pending block becomes free (W &= !P, P = 0). Caller holds
     /// every lock.
     pub fn apply_pending(&self) {
-        // Readers that loaded the previous working tree may still be inside these blocks.
+        // Readers that loaded the previous working tree may still be inside these blocks, and
+        // in the parked ones (parked before this grace period: every lock is held).
         self.readers.grace_period();
-        self.drain_all();
+        self.drain_all_now();
         let summary_words = self.layout.summary_bytes / 8;
         let (lo, hi) = (self.header.pending_lo(), self.header.pending_hi());
         for sw in (lo..=hi.min(summary_words.saturating_sub(1))).filter(|_| lo <= hi) {

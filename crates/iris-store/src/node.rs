@@ -409,13 +409,31 @@ impl Node {
             .fetch_or(1 << (i % 64), std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// The slots that may hold something born in this node's generation, ascending.
+    /// The slots that may hold something born in this node's generation, ascending: slot `i`
+    /// when bit `i % 64` of the mask is set. Visits the set bits of each run of 64 slots, not
+    /// every slot (a commit seals leaves of a hundred slots and more with one or two marked).
     pub fn dirty_slots(&self) -> impl Iterator<Item = u16> + '_ {
         let mask = self
             .region
             .atomic_u64(self.off + H_DIRTY)
             .load(std::sync::atomic::Ordering::Acquire);
-        (0..self.count).filter(move |i| mask & (1 << (i % 64)) != 0)
+        let count = self.count;
+        (0..count.div_ceil(64)).flat_map(move |run| {
+            let base = run * 64;
+            let left = count - base;
+            let mut bits = if left >= 64 {
+                mask
+            } else {
+                mask & ((1u64 << left) - 1)
+            };
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as u16;
+                    bits &= bits - 1;
+                    base + b
+                })
+            })
+        })
     }
 
     /// Leaf, unpublished only: make slot `i` an out-of-line value.
@@ -738,6 +756,52 @@ mod tests {
             Node::load(region, &layout, backed, leaf_b, Some(0)).expect("leaf"),
             Node::load(region, &layout, backed, inner_b, Some(1)).expect("inner"),
         )
+    }
+
+    #[test]
+    fn dirty_slots_are_every_slot_whose_bit_modulo_64_is_set_in_order() {
+        let layout = Layout::new(4096, 64).expect("layout");
+        for n in [1u64, 5, 63, 64, 65, 100, 127, 128, 129, 150] {
+            let mut buf = vec![0u64; ((layout.data_start + 2) * 4096 / 8) as usize];
+            let keys: Vec<Key> = (0..n).map(|i| Key::new(7, i)).collect();
+            // (A leaf holds up to 101 slots: past that, an internal node alone.)
+            let both = if n <= 100 {
+                let (leaf, inner) = nodes(&mut buf, &keys);
+                vec![leaf, inner]
+            } else {
+                let region = Region::new(buf.as_mut_ptr().cast(), (buf.len() * 8) as u64);
+                let mut nb = NodeBuilder::new(region, &layout, layout.data_start, 1, 1);
+                for k in &keys {
+                    nb.push_child(*k, layout.data_start);
+                }
+                nb.finish();
+                let backed = layout.data_start + 2;
+                vec![
+                    Node::load(region, &layout, backed, layout.data_start, Some(1)).expect("inner"),
+                ]
+            };
+            for node in both {
+                assert_eq!(u64::from(node.count), n);
+                for mask in [
+                    0u64,
+                    1,
+                    1 << 63,
+                    0x8000_0000_0000_0001,
+                    0x0f0f,
+                    u64::MAX,
+                    1 << 36,
+                ] {
+                    node.region
+                        .atomic_u64(node.off + H_DIRTY)
+                        .store(mask, std::sync::atomic::Ordering::Release);
+                    let want: Vec<u16> = (0..node.count)
+                        .filter(|i| mask & (1 << (i % 64)) != 0)
+                        .collect();
+                    let got: Vec<u16> = node.dirty_slots().collect();
+                    assert_eq!(got, want, "{n} slots, mask {mask:#x}");
+                }
+            }
+        }
     }
 
     #[test]
