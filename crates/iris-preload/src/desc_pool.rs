@@ -20,7 +20,7 @@
 //! child empties its copy of the pool (its parent reuses the memfds) and never waits on an
 //! entry another thread held at the fork.
 
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 use libc::c_void;
 
@@ -32,32 +32,39 @@ const SLOTS: usize = 16;
 /// Bytes of a description's mapped page (see `description`).
 const PAGE: usize = 4096;
 
-const EMPTY: u32 = 0;
-const BUSY: u32 = 1;
-const FULL: u32 = 2;
-/// Its memfd is in use by a description (which owns the page), its high number still open.
-const LENT: u32 = 3;
+const EMPTY: u64 = 0;
+const BUSY: u64 = 1;
+const FULL: u64 = 2;
+/// Its memfd is in use by a description (which owns the page), its high number still open: the
+/// state word is `lent(ticket)`, so one compare-exchange both finds the entry lent and checks
+/// whose lending it is (no ticket repeats, so no other lending can look like it).
+const LENT: u64 = 3;
+/// The bits of a state word that say which state it is (the rest: a lending's ticket).
+const STATE_BITS: u64 = 3;
+
+/// The state word of an entry lent with `ticket`.
+const fn lent(ticket: u64) -> u64 {
+    (ticket << 2) | LENT
+}
 
 /// One spare: its memfd at a high number, its mapped page and the memfd's identity.
 struct Entry {
-    state: AtomicU32,
+    /// EMPTY, BUSY, FULL, or `lent(ticket)`.
+    state: AtomicU64,
     fd: AtomicI32,
     page: AtomicPtr<c_void>,
     dev: AtomicU64,
     ino: AtomicU64,
-    /// The ticket of the lending in force (see [`Lent`]).
-    ticket: AtomicU64,
 }
 
 impl Entry {
     const fn new() -> Self {
         Entry {
-            state: AtomicU32::new(EMPTY),
+            state: AtomicU64::new(EMPTY),
             fd: AtomicI32::new(-1),
             page: AtomicPtr::new(std::ptr::null_mut()),
             dev: AtomicU64::new(0),
             ino: AtomicU64::new(0),
-            ticket: AtomicU64::new(0),
         }
     }
 }
@@ -169,27 +176,24 @@ pub(crate) fn take(cloexec: bool) -> Option<(i32, *mut c_void, MemfdId, Lent)> {
             continue;
         }
         let ticket = TICKETS.fetch_add(1, Ordering::Relaxed) + 1;
-        e.ticket.store(ticket, Ordering::Relaxed);
-        e.state.store(LENT, Ordering::Release);
+        e.state.store(lent(ticket), Ordering::Release);
         return Some((low, page, (dev, ino), Lent { slot, ticket }));
     }
     None
 }
 
-/// Claim the entry of `lent` (LENT -> BUSY) if its ticket is still in force.
+/// The state word of `lent`'s entry while that lending is in force.
+fn lent_word(lent: Lent) -> u64 {
+    self::lent(lent.ticket)
+}
+
+/// Claim the entry of `lent` (lent -> BUSY) if its ticket is still in force.
 fn claim(lent: Lent) -> Option<&'static Entry> {
     let e = POOL.get(lent.slot)?;
-    if e.state
-        .compare_exchange(LENT, BUSY, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        return None;
-    }
-    if e.ticket.load(Ordering::Relaxed) != lent.ticket {
-        e.state.store(LENT, Ordering::Release);
-        return None;
-    }
-    Some(e)
+    e.state
+        .compare_exchange(lent_word(lent), BUSY, Ordering::Acquire, Ordering::Relaxed)
+        .ok()
+        .map(|_| e)
 }
 
 /// The lent description's memfd (its last fd, which the caller closes next) comes back as a
@@ -227,6 +231,15 @@ fn close_high(e: &Entry) {
     }
 }
 
+/// Claim `e` (lent -> BUSY) if it is lent, whoever holds the ticket (which is void from then).
+fn claim_lent(e: &Entry) -> bool {
+    let st = e.state.load(Ordering::Relaxed);
+    st & STATE_BITS == LENT
+        && e.state
+            .compare_exchange(st, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+}
+
 /// An entry for a put: an empty one, else one taken back from a lent description (its high
 /// number closed; the description's ticket is void from here on). Claimed (BUSY).
 fn entry_for_put() -> Option<&'static Entry> {
@@ -237,12 +250,7 @@ fn entry_for_put() -> Option<&'static Entry> {
                 .is_ok()
     });
     empty.or_else(|| {
-        let e = POOL.iter().find(|e| {
-            e.state.load(Ordering::Relaxed) == LENT
-                && e.state
-                    .compare_exchange(LENT, BUSY, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-        })?;
+        let e = POOL.iter().find(|e| claim_lent(e))?;
         close_high(e);
         Some(e)
     })
@@ -281,7 +289,7 @@ pub(crate) fn put(fd: i32, page: *mut c_void, id: MemfdId) -> bool {
 /// entry another thread of the parent held at the fork is only forgotten.
 pub(crate) fn empty_in_child() {
     for e in POOL.iter() {
-        match e.state.load(Ordering::Relaxed) {
+        match e.state.load(Ordering::Relaxed) & STATE_BITS {
             FULL => {
                 // SAFETY: the child's copy of the parent's spare: its own fd now.
                 unsafe { real::close(e.fd.load(Ordering::Relaxed)) };
@@ -309,11 +317,7 @@ pub(crate) fn drain() -> usize {
         {
             close_high(e);
             unmap(e.page.load(Ordering::Relaxed));
-        } else if e
-            .state
-            .compare_exchange(LENT, BUSY, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
+        } else if claim_lent(e) {
             close_high(e);
         } else {
             continue;
@@ -337,9 +341,9 @@ mod tests {
     use super::*;
 
     /// The number of the entry in state `state`, if one is.
-    fn number_in(state: u32) -> Option<i32> {
+    fn number_in(state: u64) -> Option<i32> {
         POOL.iter()
-            .find(|e| e.state.load(Ordering::Relaxed) == state)
+            .find(|e| e.state.load(Ordering::Relaxed) & STATE_BITS == state)
             .map(|e| e.fd.load(Ordering::Relaxed))
     }
 
