@@ -393,6 +393,37 @@ fn a_program_without_iris_can_neither_write_nor_read_through_an_inherited_iris_f
 }
 
 #[test]
+fn two_processes_appending_to_one_file_at_once_lose_and_tear_no_line() {
+    // O_APPEND writes of two programs at once (each at the size it reads, kept only if no other
+    // appender moved it meanwhile), started together: every line whole, each program's in its
+    // order.
+    let v = Volume::new("appenders");
+    let out = v.sh_ok(
+        "start=$(python3 -c 'import time; print(time.time() + 0.5)'); \
+         for w in a b; do python3 -c '
+import os, sys, time
+w = sys.argv[1]
+fd = os.open(\"/iris/log\", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+time.sleep(max(0, float(sys.argv[2]) - time.time()))
+for n in range(20000):
+    line = (\"%s %05d \" % (w, n)).encode() + w.encode() * (20 + n % 170) + b\"\\n\"
+    assert os.write(fd, line) == len(line)
+' $w $start & done; wait; \
+         python3 -c '
+seen = {\"a\": 0, \"b\": 0}
+for line in open(\"/iris/log\"):
+    w, n, body = line.split()
+    assert int(n) == seen[w], (w, n, seen[w])
+    assert body == w * (20 + int(n) % 170), (w, n)
+    seen[w] += 1
+print(seen[\"a\"], seen[\"b\"])
+'",
+    );
+    assert_eq!(out, "20000 20000\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn reopening_an_iris_fd_by_dev_stdout_or_proc_self_fd_opens_the_iris_file() {
     // Linux reopens an open file by /dev/stdout, /dev/fd/N and /proc/self/fd/N; for an Iris fd
     // the kernel would reopen its placeholder (the bytes lost, an O_TRUNC open refused).

@@ -868,6 +868,66 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
 }
 
 #[test]
+fn appends_of_two_openers_at_once_land_whole_one_after_another() {
+    // Two openers (as two processes) append to one file at once through their block maps:
+    // records of 40 to 5,000 bytes, most inside one block (written at the size each opener
+    // read, on the condition that the size has not moved), some across blocks (transactions).
+    // Every record must be whole, where no other overlaps it, each opener's in its order.
+    let (a, b) = two_openers();
+    let ino = create(&a, b"/log");
+    let record = |w: u8, n: u64| -> Vec<u8> {
+        let len = match n % 50 {
+            0 => 5000,
+            k => 40 + (k * 37 + u64::from(w) * 11) % 260,
+        } as usize;
+        let mut r = format!("<{}:{n:06}:{len:05}|", w as char).into_bytes();
+        r.resize(len - 1, w);
+        r.push(b'\n');
+        r
+    };
+    const EACH: u64 = 3000;
+    std::thread::scope(|s| {
+        for (fs, w) in [(&a, b'a'), (&b, b'b')] {
+            s.spawn(move || {
+                let map = fs.file_cache(ino);
+                for n in 0..EACH {
+                    let r = record(w, n);
+                    fs.append_file(&map, &r)
+                        .expect("append")
+                        .expect("not shadowed");
+                }
+            });
+        }
+    });
+    let size = a.getattr(ino).expect("stat").size;
+    let want: u64 = (0..EACH)
+        .map(|n| (record(b'a', n).len() + record(b'b', n).len()) as u64)
+        .sum();
+    assert_eq!(size, want, "every byte appended, none written over");
+    let mut all = vec![0u8; size as usize];
+    assert_eq!(b.read(ino, 0, &mut all).expect("read"), all.len());
+    let mut next = [0u64; 2];
+    let mut at = 0usize;
+    while at < all.len() {
+        let head = std::str::from_utf8(&all[at..at + 16]).expect("a record's head");
+        let w = head.as_bytes()[1];
+        let n: u64 = head[3..9].parse().expect("its number");
+        let i = usize::from(w - b'a');
+        assert_eq!(n, next[i], "opener {} record at byte {at}", w as char);
+        let r = record(w, n);
+        assert_eq!(
+            &all[at..at + r.len()],
+            &r[..],
+            "record {n} of {} whole",
+            w as char
+        );
+        next[i] += 1;
+        at += r.len();
+    }
+    assert_eq!(next, [EACH, EACH]);
+}
+
+#[test]
 fn a_reader_of_a_growing_file_sees_whole_appends() {
     // Appends of 100-byte records (most land in the unused tail of the file's last block, the
     // block's length moving after the bytes); a reader in another opener, through its block

@@ -225,6 +225,16 @@ fn shadow_of(fs: &Fs, ino: u64) -> Option<i32> {
     }
 }
 
+/// An `O_APPEND` write of `data` through `file`: where it landed and how many bytes (through
+/// the shadow file when the bytes live in one).
+fn append_open_file(fs: &Fs, file: &OpenFile, data: &[u8]) -> Result<(u64, usize), Errno> {
+    match fs.append_file(&file.cache, data)? {
+        Some(at) => Ok((at, data.len())),
+        None => file_size(fs, file.ino)
+            .and_then(|at| write_file(fs, file.ino, at, data).map(|n| (at, n))),
+    }
+}
+
 /// Size of the file, from the shadow when there is one.
 fn file_size(fs: &Fs, ino: u64) -> Result<u64, Errno> {
     match shadow_of(fs, ino) {
@@ -435,11 +445,7 @@ fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
     };
     let r = file.desc.with_offset(|off| {
         let r = if file.append() {
-            match shadow_of(fs, file.ino) {
-                Some(_) => file_size(fs, file.ino)
-                    .and_then(|at| write_file(fs, file.ino, at, data).map(|n| at + n as u64)),
-                None => fs.append(file.ino, data).map(|at| at + data.len() as u64),
-            }
+            append_open_file(fs, file, data).map(|(at, n)| at + n as u64)
         } else {
             write_open_file(fs, file, *off, data).map(|n| *off + n as u64)
         };
@@ -496,10 +502,7 @@ fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
     };
     // Linux: pwrite on an O_APPEND description appends, whatever the offset.
     let r = if file.append() {
-        match shadow_of(fs, file.ino) {
-            Some(_) => file_size(fs, file.ino).and_then(|at| write_file(fs, file.ino, at, data)),
-            None => fs.append(file.ino, data).map(|_| data.len()),
-        }
+        append_open_file(fs, file, data).map(|(_, n)| n)
     } else {
         write_open_file(fs, file, off as u64, data)
     };

@@ -32,6 +32,10 @@ pub enum StoreError {
     /// The volume is read-only (a snapshot view).
     #[error("read-only")]
     ReadOnly,
+    /// A write made on a condition ([`crate::ThenPatch::only_if_unchanged_since`]) found the
+    /// patched key changed since: nothing was written.
+    #[error("changed since it was read: nothing written")]
+    Changed,
     /// The volume is of a format version this build does not read (its superblock is intact).
     #[error(
         "volume format version {found}: this build reads format version {reads} only; \
@@ -63,6 +67,7 @@ impl StoreError {
             StoreError::NoSnapshot(_) => libc::ENOENT,
             StoreError::SnapshotTable(..) => libc::EEXIST,
             StoreError::ReadOnly => libc::EROFS,
+            StoreError::Changed => libc::EAGAIN,
             StoreError::Format { .. } => libc::EPROTONOSUPPORT,
         }
     }

@@ -160,6 +160,21 @@ pub struct ThenPatch<F> {
     /// its generation durable instead of taking every lock a second time. Others ignore it. A
     /// hint: committing early is always safe; a failed commit is left for the sync to report.
     pub sync_expected: bool,
+    /// Write nothing, and fail with [`StoreError::Changed`], unless the change stamp of `key.hi`
+    /// still reads this under the locks the write holds: the caller chose where to write from
+    /// the patched value as it was at that stamp (an `O_APPEND` write, at the size it read).
+    /// Checked before anything changes, holding the patched key's partition lock (or every
+    /// lock).
+    pub only_if_unchanged_since: Option<u64>,
+}
+
+/// [`StoreError::Changed`] when `then` is conditional and its key's change stamp moved (the
+/// caller holds the key's partition lock, or every lock).
+fn check_then<F>(inner: &Inner, then: Option<&ThenPatch<F>>) -> Result<()> {
+    match then.and_then(|t| t.only_if_unchanged_since.map(|s| (t.key, s))) {
+        Some((key, s)) if inner.header.change_stamp(key) != s => Err(StoreError::Changed),
+        _ => Ok(()),
+    }
 }
 
 /// What [`Store::put_block_then_patch`] did.
@@ -1033,6 +1048,7 @@ impl Store {
         let mut len = None;
         for attempt in 0..2 {
             let g = inner.lock()?;
+            check_then(inner, then.as_ref())?;
             let cx = inner.cx();
             let stamp_before = then.as_ref().map(|t| inner.header.change_stamp(t.key));
             let mut txn = Txn::begin(cx, false);
@@ -1151,6 +1167,7 @@ impl Store {
             return Ok(None);
         }
         let g = inner.lock()?;
+        check_then(inner, Some(&then))?;
         let mut txn = Txn::begin(inner.cx(), false);
         let inserted = (|| {
             let spot = txn.locate(key)?;
@@ -1228,11 +1245,15 @@ impl Store {
             // Inline-sized values go through the ordinary path.
             return self.put_block_under_lock(key, len, fill, then);
         }
-        if then.as_ref().is_some_and(|t| t.sync_expected) {
+        if then
+            .as_ref()
+            .is_some_and(|t| t.sync_expected || t.only_if_unchanged_since.is_some())
+        {
             // A sync follows, so the last commit is likely recent and the key's leaf committed:
             // the publish will copy its path, which takes every lock. Take them at once and do
             // everything in that one hold (an attempt under the partition's lock first, and the
-            // reservation of the block under another, cost two more lock round trips).
+            // reservation of the block under another, cost two more lock round trips). A
+            // conditional write too: its condition is checked before the block is filled.
             return self.put_sized_then_patch(key, |_| len, |_, out| fill(out), then);
         }
         let p = partition_of(key);

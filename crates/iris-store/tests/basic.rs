@@ -740,6 +740,7 @@ fn a_patch_is_skipped_only_while_the_stamp_holds() {
             |out| out.fill(0),
             Some(iris_store::ThenPatch {
                 sync_expected: false,
+                only_if_unchanged_since: None,
                 key: meta,
                 unless_unchanged_since: unless,
                 patch: move |_: &[u8], _: bool, p: &mut iris_store::Patch| p.set(0, word),
@@ -1105,6 +1106,7 @@ fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
     s.put(inode, &[0u8; 64]).expect("inode");
     let then = |size: u64| iris_store::ThenPatch {
         sync_expected: false,
+        only_if_unchanged_since: None,
         key: inode,
         unless_unchanged_since: None,
         patch: move |_: &[u8], replaced: bool, p: &mut iris_store::Patch| {
@@ -1257,6 +1259,7 @@ fn a_partial_put_patches_in_the_same_hold_unless_the_stamp_holds() {
             },
             Some(iris_store::ThenPatch {
                 sync_expected: false,
+                only_if_unchanged_since: None,
                 key: meta,
                 unless_unchanged_since: unless,
                 patch: move |_: &[u8], replaced: bool, p: &mut iris_store::Patch| {
@@ -1411,6 +1414,7 @@ fn writers_of_disjoint_blocks_of_one_file_patch_its_shared_record_without_losing
                             },
                             Some(iris_store::ThenPatch {
                                 sync_expected: false,
+                                only_if_unchanged_since: None,
                                 key: meta,
                                 unless_unchanged_since: None,
                                 patch: move |_: &[u8], _: bool, p: &mut iris_store::Patch| {
@@ -1883,6 +1887,7 @@ fn two_runs_growing_at_once_lose_nothing_and_readers_see_whole_values() {
                             fill(hi, i),
                             Some(iris_store::ThenPatch {
                                 sync_expected: false,
+                                only_if_unchanged_since: None,
                                 key: Key::new(hi, 0),
                                 unless_unchanged_since: None,
                                 patch: |old: &[u8], replaced: bool, p: &mut iris_store::Patch| {

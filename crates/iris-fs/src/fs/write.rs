@@ -20,6 +20,10 @@ use crate::keys::{key, Kind, MAX_OFFSET};
 
 use super::{get_inode_tx, put_inode_tx, store_err, Fs};
 
+/// Conditional one-block appends tried before an append takes a transaction (each turn lost
+/// to another appender reads the size again).
+const APPEND_TURNS: u32 = 4;
+
 /// The inode patch of a write ending at `end` at time `now`: size grown to `end`, both times set,
 /// one more block if the write added its block. The patched record is left in `after`.
 fn size_and_times(
@@ -75,27 +79,30 @@ impl Fs {
         now: i64,
         honor_shadow: bool,
     ) -> FsResult<Option<(Inode, Option<u64>)>> {
-        // The cache first, outside a read section (entering one costs two full barriers): a
-        // hit at the stamp read now is what a lookup would return.
-        let now_stamp = self.store.change_stamp(key(ino, Kind::Inode, 0));
-        let (stamp, inode) = match self.caches.inode(ino, now_stamp) {
-            Some(i) => (now_stamp, i),
-            None => {
-                let (stamp, inode) = self
-                    .store
-                    .read(|v| {
-                        let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
-                        Ok((stamp, self.inode_at(v, ino, stamp)))
-                    })
-                    .map_err(store_err)?;
-                (stamp, inode?)
-            }
-        };
+        let (inode, stamp) = self.inode_now(ino)?;
         if honor_shadow && inode.is_shadowed() {
             return Ok(None);
         }
         let unchanged = inode.size >= end && inode.mtime_ns == now && inode.ctime_ns == now;
         Ok(Some((inode, unchanged.then_some(stamp))))
+    }
+
+    /// The inode record of `ino` as it is now and its change stamp: from the cache first,
+    /// outside a read section (entering one costs two full barriers), where a hit at the stamp
+    /// read now is what a lookup would return.
+    fn inode_now(&self, ino: u64) -> FsResult<(Inode, u64)> {
+        let now_stamp = self.store.change_stamp(key(ino, Kind::Inode, 0));
+        if let Some(i) = self.caches.inode(ino, now_stamp) {
+            return Ok((i, now_stamp));
+        }
+        let (stamp, inode) = self
+            .store
+            .read(|v| {
+                let stamp = v.change_stamp(key(ino, Kind::Inode, 0));
+                Ok((stamp, self.inode_at(v, ino, stamp)))
+            })
+            .map_err(store_err)?;
+        Ok((inode?, stamp))
     }
 
     /// After a write: the inode record as it is now, into the cache, when the store says the
@@ -165,6 +172,7 @@ impl Fs {
                     patch: size_and_times(ino, end, now, &after),
                     // (An overwrite holds only its partitions' locks: it cannot commit.)
                     sync_expected: false,
+                    only_if_unchanged_since: None,
                 }),
             )
             .map_err(store_err)?;
@@ -185,23 +193,28 @@ impl Fs {
         off: u64,
         data: &[u8],
     ) -> FsResult<Option<usize>> {
-        self.write_impl(ino, off, data, true, None)
+        self.write_impl(ino, off, data, true, None, None)
     }
 
     /// [`Fs::write_unless_shadowed`] through the block map of an open file: a one-block write
     /// over a block the map knows, written since the last commit, goes where the block is
     /// without a look at the tree (see `Store::write_in_place`).
     pub fn write_file(&self, file: &FileCache, off: u64, data: &[u8]) -> FsResult<Option<usize>> {
-        self.write_impl(file.ino(), off, data, true, Some(file))
+        self.write_impl(file.ino(), off, data, true, Some(file), None)
     }
 
     /// Write `data` at `off`; returns bytes written. Extends the file as needed.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
-        Ok(self.write_impl(ino, off, data, false, None)?.unwrap_or(0))
+        Ok(self
+            .write_impl(ino, off, data, false, None, None)?
+            .unwrap_or(0))
     }
 
     /// The write; with `honor_shadow`, `None` (nothing written) when the bytes live in a shadow
-    /// file. The shadow flag is read in the same read section the write needs anyway.
+    /// file. The shadow flag is read in the same read section the write needs anyway. With
+    /// `cond` (a one-block write only), nothing is written and the result is `EAGAIN` unless
+    /// the inode's change stamp still reads `cond` when the write holds its locks (see
+    /// [`Fs::append_file`]).
     fn write_impl(
         &self,
         ino: u64,
@@ -209,6 +222,7 @@ impl Fs {
         data: &[u8],
         honor_shadow: bool,
         file: Option<&FileCache>,
+        cond: Option<u64>,
     ) -> FsResult<Option<usize>> {
         if honor_shadow && data.is_empty() {
             return Ok(if self.getattr(ino)?.is_shadowed() {
@@ -237,7 +251,11 @@ impl Fs {
         } else {
             None
         };
-        let ranges = file.or(open_elsewhere.as_deref()).map(FileCache::ranges);
+        // (A conditional write's caller holds the file's whole range: see `append_file`.)
+        let ranges = file
+            .or(open_elsewhere.as_deref())
+            .filter(|_| cond.is_none())
+            .map(FileCache::ranges);
         let mut range = None;
         let mut hold_range = || {
             if range.is_none() {
@@ -249,6 +267,9 @@ impl Fs {
         }
         let first = off >> shift;
         let last = (end - 1) >> shift;
+        if cond.is_some() && first != last {
+            return Err(Errno::EINVAL);
+        }
         // Where the block is (the file's map word, else the leaf) is needed first: let the
         // miss overlap the clock and the inode. Only one of them: with an open file's map, the
         // leaf is looked at only when the map does not know the block, and a prefetch of it
@@ -298,6 +319,7 @@ impl Fs {
                         unless_unchanged_since: skip,
                         patch: size_and_times(ino, end, now, &after),
                         sync_expected,
+                        only_if_unchanged_since: cond,
                     };
                     if let Some(put) =
                         self.store
@@ -320,6 +342,7 @@ impl Fs {
                             unless_unchanged_since: skip,
                             patch: size_and_times(ino, end, now, &after),
                             sync_expected,
+                            only_if_unchanged_since: cond,
                         }),
                     )
                     .map_err(store_err)?;
@@ -340,6 +363,7 @@ impl Fs {
                     unless_unchanged_since: skip,
                     patch: size_and_times(ino, end, now, &after),
                     sync_expected,
+                    only_if_unchanged_since: cond,
                 };
                 let k = data_key;
                 if first > 0 && off >= inode.size && inode.size <= first * bs {
@@ -490,6 +514,47 @@ impl Fs {
             Ok(true)
         })?;
         Ok(written.then_some(data.len()))
+    }
+
+    /// [`Fs::append`] through the open file's block map, without a transaction when it can: an
+    /// append inside one block is a one-block write at the size the inode says now, made on the
+    /// condition that the inode's change stamp has not moved when the write holds its locks
+    /// (every change of the size moves it, in any process: then nothing is written, and the
+    /// size is read again). After a few such turns, or for an append across blocks, the
+    /// transaction of [`Fs::append`]. Returns the offset written at; `None` (nothing written)
+    /// when the file's bytes live in a shadow file.
+    pub fn append_file(&self, file: &FileCache, data: &[u8]) -> FsResult<Option<u64>> {
+        let ino = file.ino();
+        let bs = self.block_size;
+        {
+            // Appenders of this process take turns on the whole file (where a write lands is
+            // known only once the size is read).
+            let _range = file.ranges().lock(0, u64::MAX);
+            for _ in 0..APPEND_TURNS {
+                let (inode, stamp) = self.inode_now(ino)?;
+                if inode.is_shadowed() {
+                    return Ok(None);
+                }
+                let off = inode.size;
+                if data.is_empty() {
+                    return Ok(Some(off));
+                }
+                let end = off.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+                if off / bs != (end - 1) / bs {
+                    break;
+                }
+                match self.write_impl(ino, off, data, true, Some(file), Some(stamp)) {
+                    Ok(Some(_)) => return Ok(Some(off)),
+                    Ok(None) => return Ok(None),
+                    Err(Errno(libc::EAGAIN)) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if self.getattr(ino)?.is_shadowed() {
+            return Ok(None);
+        }
+        self.append(ino, data).map(Some)
     }
 
     /// Append `data` atomically at the end of file: returns the offset written at.

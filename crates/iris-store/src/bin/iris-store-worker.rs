@@ -344,6 +344,7 @@ fn run() -> Result<(), String> {
                         unless_unchanged_since: None,
                         patch: |_: &[u8], _: bool, p: &mut Patch| p.set(0, len + 16),
                         sync_expected: false,
+                        only_if_unchanged_since: None,
                     });
                     let done = store
                         .append_in_place(Key::new(prefix, i), len as usize, &data, then)

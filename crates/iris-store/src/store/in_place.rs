@@ -11,8 +11,8 @@ use crate::node::{Node, Val};
 use crate::tree::Txn;
 
 use super::{
-    home_share, set_home_share, BlockPut, BlockRef, InPlaceOutcome, Inner, Known, Patch, PatchPlan,
-    PatchStart, Store, ThenPatch, PREFETCH_BYTES,
+    check_then, home_share, set_home_share, BlockPut, BlockRef, InPlaceOutcome, Inner, Known,
+    Patch, PatchPlan, PatchStart, Store, ThenPatch, PREFETCH_BYTES,
 };
 
 impl Store {
@@ -223,6 +223,13 @@ impl Store {
         let Some(t) = then.as_mut() else {
             return Ok(PatchPlan::Nothing);
         };
+        if t.only_if_unchanged_since.is_some() {
+            // Checked under the patched key's partition lock, which every patch of it holds.
+            if held & (1 << partition_of(t.key)) == 0 {
+                return Ok(PatchPlan::Escalate);
+            }
+            check_then(inner, Some(&*t))?;
+        }
         // (A new key changes what the patch writes, a file's block count: never skipped.)
         if replaced && t.unless_unchanged_since == Some(inner.header.change_stamp(t.key)) {
             return Ok(PatchPlan::Nothing);
