@@ -3,8 +3,11 @@
 //! size, so the write is absent, never torn. The block is changed where it is when it was
 //! written since the last commit (found from the open file's block map when it knows it), else
 //! copied to a new block. Several blocks: rewritten under their partitions' locks when all were
-//! written since the last commit, else one transaction. An `O_APPEND` write reads the size and
-//! writes in one transaction, so appenders never interleave. A write takes its byte range in
+//! written since the last commit, else one transaction. An `O_APPEND` write inside one block is
+//! a one-block write at the size it read, made only if the inode's change stamp has not moved
+//! by the time the write holds its locks (else it reads the size again); across blocks, or after
+//! a few turns lost to other appenders, it reads the size and writes in one transaction: either
+//! way appenders never interleave. A write takes its byte range in
 //! the file's range lock (see `range_lock`) before anything the store serves under more than
 //! the written blocks' partition locks, and before anything at all while the lock's tree holds
 //! a range.
