@@ -289,17 +289,16 @@ pub(crate) fn put(fd: i32, page: *mut c_void, id: MemfdId) -> bool {
 /// entry another thread of the parent held at the fork is only forgotten.
 pub(crate) fn empty_in_child() {
     for e in POOL.iter() {
+        // The child's copies of the high numbers, closed only if they still name the memfds:
+        // the program may have put a file of its own on one meanwhile, all the more while a
+        // spare is lent, for as long as its file is open (fstat is async-signal-safe).
         match e.state.load(Ordering::Relaxed) & STATE_BITS {
             FULL => {
-                // SAFETY: the child's copy of the parent's spare: its own fd now.
-                unsafe { real::close(e.fd.load(Ordering::Relaxed)) };
+                close_high(e);
                 unmap(e.page.load(Ordering::Relaxed));
             }
-            // A lent one's page is its description's; the high number is the child's copy.
-            LENT => {
-                // SAFETY: as above.
-                unsafe { real::close(e.fd.load(Ordering::Relaxed)) };
-            }
+            // A lent one's page is its description's.
+            LENT => close_high(e),
             _ => {}
         }
         e.state.store(EMPTY, Ordering::Relaxed);

@@ -160,8 +160,9 @@ pub struct ThenPatch<F> {
     /// its generation durable instead of taking every lock a second time. Others ignore it. A
     /// hint: committing early is always safe; a failed commit is left for the sync to report.
     pub sync_expected: bool,
-    /// Write nothing, and fail with [`StoreError::Changed`], unless the change stamp of `key.hi`
-    /// still reads this under the locks the write holds: the caller chose where to write from
+    /// Write nothing, and fail with [`StoreError::Changed`], unless the change stamp of `key`
+    /// (see [`Store::change_stamp`]: shared with other keys, so a change of one of them fails
+    /// the write too) still reads this under the locks the write holds: the caller chose where to write from
     /// the patched value as it was at that stamp (an `O_APPEND` write, at the size it read).
     /// Checked before anything changes, holding the patched key's partition lock (or every
     /// lock).
@@ -1241,14 +1242,17 @@ impl Store {
     ) -> Result<BlockPut> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        if len > inner.layout.block_size as usize || len <= inner.facts.inline_max as usize {
-            // Inline-sized values go through the ordinary path.
+        let conditional = then
+            .as_ref()
+            .is_some_and(|t| t.only_if_unchanged_since.is_some());
+        if !conditional
+            && (len > inner.layout.block_size as usize || len <= inner.facts.inline_max as usize)
+        {
+            // Inline-sized values go through the ordinary path (which puts and patches in two
+            // holds of the lock: never for a conditional write).
             return self.put_block_under_lock(key, len, fill, then);
         }
-        if then
-            .as_ref()
-            .is_some_and(|t| t.sync_expected || t.only_if_unchanged_since.is_some())
-        {
+        if conditional || then.as_ref().is_some_and(|t| t.sync_expected) {
             // A sync follows, so the last commit is likely recent and the key's leaf committed:
             // the publish will copy its path, which takes every lock. Take them at once and do
             // everything in that one hold (an attempt under the partition's lock first, and the

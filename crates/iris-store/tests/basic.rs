@@ -1097,6 +1097,93 @@ fn appends_into_a_blocks_tail_keep_its_location_and_move_its_stamp() {
 }
 
 #[test]
+fn a_conditional_write_on_a_moved_stamp_changes_nothing_on_any_way() {
+    // A write made only if the patched key's change stamp still reads what the caller saw
+    // (an O_APPEND at the size it read): once the stamp moved, every way a one-block write can
+    // take fails with `Changed` and leaves the value, the patched record and the space as they
+    // were; at the right stamp each goes through.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let inode = Key::new(9, 0);
+    let key = Key::new(9, 2 << 56);
+    s.put(inode, &[0u8; 64]).expect("inode");
+    let then = |since: u64, size: u64| iris_store::ThenPatch {
+        sync_expected: false,
+        only_if_unchanged_since: Some(since),
+        key: inode,
+        unless_unchanged_since: None,
+        patch: move |_: &[u8], _: bool, p: &mut iris_store::Patch| p.set(0, size),
+    };
+    // Out of line in a block of this generation: every in-place way applies to it.
+    let now = s.change_stamp(inode);
+    s.insert_growing_then_patch(key, 300, |o| o.fill(1), then(now, 300))
+        .expect("data")
+        .expect("absent");
+    let stale = s.change_stamp(inode);
+    s.patch_with(inode, |_, p| p.set(0, 500))
+        .expect("another appender moves the size");
+    let before = (dump(&s), s.stats().expect("stats").used_blocks);
+    let changed = |r: iris_store::Result<Option<iris_store::BlockPut>>, way: &str| {
+        assert!(
+            matches!(r, Err(iris_store::StoreError::Changed)),
+            "{way}: {:?}",
+            r.map(|p| p.is_some())
+        );
+        assert_eq!(
+            (dump(&s), s.stats().expect("stats").used_blocks),
+            before,
+            "{way}"
+        );
+    };
+    changed(
+        s.append_in_place(key, 300, b"late", Some(then(stale, 304))),
+        "append in place",
+    );
+    changed(
+        s.write_in_place(key, 0, b"late", Some(then(stale, 300)), None),
+        "write in place",
+    );
+    changed(
+        s.insert_growing_then_patch(
+            Key::new(9, (2 << 56) + 1),
+            10,
+            |o| o.fill(2),
+            then(stale, 4106),
+        ),
+        "insert growing",
+    );
+    changed(
+        s.put_sized_then_patch(key, |_| 304, |_, o| o.fill(3), Some(then(stale, 304)))
+            .map(Some),
+        "copy",
+    );
+    for len in [4096, 8] {
+        changed(
+            s.put_block_then_patch(key, len, |o| o.fill(4), Some(then(stale, len as u64)))
+                .map(Some),
+            &format!("whole block of {len}"),
+        );
+    }
+    // At the stamp in force now, the same write goes through.
+    let now = s.change_stamp(inode);
+    s.put_sized_then_patch(
+        key,
+        |_| 304,
+        |old, o| {
+            o[..300].copy_from_slice(&old.expect("old")[..300]);
+            o[300..].copy_from_slice(b"next");
+        },
+        Some(then(now, 304)),
+    )
+    .expect("a write at the stamp in force");
+    let v = s
+        .get_with(key, |v| v.to_vec())
+        .expect("get")
+        .expect("present");
+    assert_eq!(&v[300..], b"next");
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
 fn a_growing_block_is_inserted_out_of_line_once_and_then_appended_in_place() {
     // The first bytes of a file's new last block go out of line however few they are, with the
     // inode's patch in the same hold, so the appends that follow land in the block's tail.
