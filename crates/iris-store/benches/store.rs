@@ -420,6 +420,30 @@ fn buffer_bytes() -> u32 {
         .unwrap_or(0)
 }
 
+/// Random 4 KiB puts over the key space `mask` names, in rounds of 16 until `stop`, calling
+/// `after` after each put; how many were made.
+fn iris_random_puts(
+    store: &Store,
+    mask: u64,
+    seed: u64,
+    stop: &Stop,
+    mut after: impl FnMut(),
+) -> u64 {
+    let mut rng = Rng::new(seed);
+    let mut val = vec![0xa5u8; BLOCK];
+    let mut n = 0;
+    while stop.go() {
+        for _ in 0..16 {
+            let k = rng.next() & mask;
+            stamp(&mut val, n);
+            store.put(iris_key(k), &val).expect("Iris put");
+            after();
+            n += 1;
+        }
+    }
+    n
+}
+
 fn bench_iris(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
     let path = shm_path("iris.vol");
     let mut guard = Cleanup(vec![path.clone()]);
@@ -514,23 +538,12 @@ fn bench_iris(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
             "put(k, v), commit() every 10,000 puts (all threads)",
             threads,
             |t, stop| {
-                let mut rng = Rng::new(seed(5, t));
-                let mut val = vec![0xa5u8; BLOCK];
-                let mut n = 0;
-                while stop.go() {
-                    for _ in 0..16 {
-                        let k = rng.next() & mask;
-                        stamp(&mut val, n);
-                        store.put(iris_key(k), &val).expect("Iris put");
-                        if (total.fetch_add(1, Ordering::Relaxed) + 1)
-                            .is_multiple_of(IRIS_COMMIT_EVERY)
-                        {
-                            store.commit().expect("Iris commit");
-                        }
-                        n += 1;
+                iris_random_puts(store, mask, seed(5, t), stop, || {
+                    if (total.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(IRIS_COMMIT_EVERY)
+                    {
+                        store.commit().expect("Iris commit");
                     }
-                }
-                n
+                })
             },
         );
     }
@@ -541,17 +554,7 @@ fn bench_iris(b: &mut Bench, sp: &Space, notes: &mut Vec<String>) {
             "put(k, v), one commit() per cell (timer: 5 s default)",
             threads,
             |t, stop| {
-                let mut rng = Rng::new(seed(7, t));
-                let mut val = vec![0xa5u8; BLOCK];
-                let mut n = 0;
-                while stop.go() {
-                    for _ in 0..16 {
-                        let k = rng.next() & mask;
-                        stamp(&mut val, n);
-                        store.put(iris_key(k), &val).expect("Iris put");
-                        n += 1;
-                    }
-                }
+                let n = iris_random_puts(store, mask, seed(7, t), stop, || {});
                 // The commit a timer would make, inside the measured time: one per cell of
                 // IRIS_BENCH_SECS, more often than the default timer's one per 5 s.
                 if t == 0 {
