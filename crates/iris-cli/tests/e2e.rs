@@ -1040,7 +1040,8 @@ fn reused_descriptions_start_afresh_and_are_never_ones_a_child_holds() {
     let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
     assert_eq!(
         stdout,
-        "reopen ok\nfork ok\nspawn ok\ndup ok\nchurn ok\nclosefrom ok\n"
+        "reopen ok\nfork ok\nspawn ok\ndup ok\nplain ok\npopen ok\nsystem ok\n_Fork ok\nclone ok\n\
+         syscall ok\nchurn ok\nclosefrom ok\n"
     );
     v.fsck_clean();
 }

@@ -193,6 +193,7 @@ pub unsafe extern "C" fn posix_spawn(
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
     let r = unsafe { real::posix_spawn(pid, path, actions, attr, argv, env.as_ptr().cast()) };
+    crate::description::note_fork();
     passed.restore();
     r
 }
@@ -215,7 +216,62 @@ pub unsafe extern "C" fn posix_spawnp(
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
     let r = unsafe { real::posix_spawnp(pid, file, actions, attr, argv, env.as_ptr().cast()) };
+    crate::description::note_fork();
     passed.restore();
+    r
+}
+
+/// system: glibc runs the shell through its internal posix_spawn, which Iris does not see; the
+/// shell inherits every fd without close-on-exec (and may leave a background job holding one
+/// after system returns), so the descriptions made so far are never reused (see
+/// `description::FORKS`).
+///
+/// # Safety
+/// As libc's `system`: `command` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
+    crate::description::note_fork();
+    // SAFETY: the caller's argument, forwarded.
+    let r = unsafe { real::system(command) };
+    crate::description::note_fork();
+    r
+}
+
+/// popen: as [`system`], the child a shell spawned by glibc's internal posix_spawn.
+///
+/// # Safety
+/// As libc's `popen`: both arguments are NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    crate::description::note_fork();
+    // SAFETY: the caller's arguments, forwarded.
+    let r = unsafe { real::popen(command, mode) };
+    crate::description::note_fork();
+    r
+}
+
+/// glibc's `WRDE_NOCMD`: wordexp runs no command substitution (no child).
+const WRDE_NOCMD: c_int = 1 << 2;
+
+/// wordexp: a command substitution runs a shell as a child of this process.
+///
+/// # Safety
+/// As libc's `wordexp`: `words` is a NUL-terminated string, `out` a `wordexp_t`.
+#[no_mangle]
+pub unsafe extern "C" fn wordexp(
+    words: *const c_char,
+    out: *mut libc::c_void,
+    flags: c_int,
+) -> c_int {
+    let child = flags & WRDE_NOCMD == 0;
+    if child {
+        crate::description::note_fork();
+    }
+    // SAFETY: the caller's arguments, forwarded.
+    let r = unsafe { real::wordexp(words, out, flags) };
+    if child {
+        crate::description::note_fork();
+    }
     r
 }
 

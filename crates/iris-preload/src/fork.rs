@@ -32,6 +32,8 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn release_parent() {
+    // The child exists: a description made while it was being made counts as shared too.
+    crate::description::note_fork();
     crate::aio::unlock_after_fork(false);
     if let Some(fs) = crate::state::fs_if_open() {
         // SAFETY: prepare took these locks in this thread.
@@ -86,6 +88,40 @@ pub extern "C" fn fork() -> libc::pid_t {
 #[no_mangle]
 pub extern "C" fn vfork() -> libc::pid_t {
     fork()
+}
+
+/// _Fork (glibc 2.34): a fork that runs no handlers, so the child's fds are counted here.
+#[no_mangle]
+pub extern "C" fn _Fork() -> libc::pid_t {
+    crate::description::note_fork();
+    // SAFETY: glibc's _Fork, forwarded.
+    let r = unsafe { crate::real::fork_bare() };
+    crate::description::note_fork();
+    r
+}
+
+/// clone: a child made without glibc's fork may hold every fd of this process (unless it
+/// shares the fd table: counted all the same). The child runs `f` on its own stack inside
+/// libc and never returns here. (Variadic in C after `arg`; on x86-64 and aarch64 the three
+/// optional arguments travel as fixed ones do, and libc reads them only when `flags` asks.)
+///
+/// # Safety
+/// As libc's `clone`.
+#[no_mangle]
+pub unsafe extern "C" fn clone(
+    f: Option<unsafe extern "C" fn(*mut libc::c_void) -> libc::c_int>,
+    stack: *mut libc::c_void,
+    flags: libc::c_int,
+    arg: *mut libc::c_void,
+    ptid: *mut libc::pid_t,
+    tls: *mut libc::c_void,
+    ctid: *mut libc::pid_t,
+) -> libc::c_int {
+    crate::description::note_fork();
+    // SAFETY: the caller's arguments, forwarded.
+    let r = unsafe { crate::real::clone(f, stack, flags, arg, ptid, tls, ctid) };
+    crate::description::note_fork();
+    r
 }
 
 /// Register the handlers (once per process; a child inherits them). Not with a `Once`:

@@ -882,6 +882,34 @@ real_fn!(
     -1
 );
 real_fn!(fork, "fork", fn() -> libc::pid_t, -1);
+real_fn!(fork_bare, "_Fork", fn() -> libc::pid_t, -1);
+real_fn!(
+    clone,
+    "clone",
+    fn(
+        f: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+        stack: *mut c_void,
+        flags: c_int,
+        arg: *mut c_void,
+        ptid: *mut libc::pid_t,
+        tls: *mut c_void,
+        ctid: *mut libc::pid_t,
+    ) -> c_int,
+    -1
+);
+real_fn!(system, "system", fn(command: *const c_char) -> c_int, -1);
+real_fn!(
+    popen,
+    "popen",
+    fn(command: *const c_char, mode: *const c_char) -> *mut libc::FILE,
+    std::ptr::null_mut()
+);
+real_fn!(
+    wordexp,
+    "wordexp",
+    fn(words: *const c_char, out: *mut c_void, flags: c_int) -> c_int,
+    libc::ENOSYS
+);
 real_fn!(
     readahead,
     "readahead",

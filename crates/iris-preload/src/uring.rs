@@ -725,8 +725,18 @@ pub(crate) fn unlock_after_fork() {
     unsafe { RINGS.force_unlock() };
 }
 
-/// libc's `syscall()`: io_uring's three system calls are followed here (and a raw chdir or
-/// fchdir drops the cached host working directory), every other goes to libc untouched.
+/// Whether system call `n` makes a child process.
+fn makes_child(n: c_long) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if n == libc::SYS_fork || n == libc::SYS_vfork {
+        return true;
+    }
+    n == libc::SYS_clone || n == libc::SYS_clone3
+}
+
+/// libc's `syscall()`: io_uring's three system calls are followed here (a raw chdir or
+/// fchdir drops the cached host working directory, a raw fork or clone is counted as a child
+/// that may hold this process's fds), every other goes to libc untouched.
 /// (Variadic in C; on x86-64 and aarch64 its integer arguments travel as six fixed ones do,
 /// and libc reads six whatever the call.)
 ///
@@ -747,6 +757,13 @@ pub unsafe extern "C" fn syscall(
         libc::SYS_io_uring_setup => unsafe { setup(a1, a2) },
         libc::SYS_io_uring_enter => unsafe { enter([a1, a2, a3, a4, a5, a6]) },
         libc::SYS_io_uring_register => unsafe { register([a1, a2, a3, a4, a5, a6]) },
+        n if makes_child(n) => {
+            // A child made behind libc's back (see `description::FORKS`).
+            crate::description::note_fork();
+            let r = unsafe { crate::real::syscall(n, a1, a2, a3, a4, a5, a6) };
+            crate::description::note_fork();
+            r
+        }
         libc::SYS_chdir | libc::SYS_fchdir => {
             let r = unsafe { crate::real::syscall(n, a1, a2, a3, a4, a5, a6) };
             // The host working directory moved unseen: its cached path is stale.

@@ -7,6 +7,12 @@
  *             opened, read and moved another.
  *   spawn   - a child spawned with a posix_spawn dup2 action holds it as fd 7 and reads it late.
  *   dup     - a plain dup (inheritable) of it is held by a popen child that reads it late.
+ *   plain   - an fd opened without O_CLOEXEC is reused too after its last close (the same
+ *             memfd, by its inode number in /proc/self/fdinfo), and starts afresh.
+ *   popen, system, _Fork, clone, syscall - an fd opened without O_CLOEXEC is held by a child
+ *             made that way (system's a background job outliving the call), which reads it
+ *             late: glibc spawns popen's and system's shells with its internal posix_spawn,
+ *             _Fork runs no fork handlers, clone and syscall(SYS_fork) go around fork.
  *   churn   - 300 opens and closes of ten files, each read whole.
  *   closefrom - closefrom ends the Iris fds above a number: a read of one fails with EBADF,
  *             and the next open takes its number with the right file (a new description's
@@ -19,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,6 +74,54 @@ static void file_of(const char *path, const char *want, const char *what) {
     expect(fd, want, what);
     close(fd);
 }
+
+/* The inode number /proc/self/fdinfo gives for `fd` (its description's memfd). */
+static long fd_inode(int fd) {
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+    FILE *f = fopen(path, "re");
+    if (!f) die(path);
+    long ino = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "ino: %ld", &ino) == 1) break;
+    fclose(f);
+    return ino;
+}
+
+/* Wait (up to 5 s) for `path` to hold `want`, then check it. */
+static void file_eventually(const char *path, const char *want, const char *what) {
+    for (int i = 0; i < 50; i++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            char buf[64];
+            ssize_t n = read(fd, buf, sizeof buf - 1);
+            close(fd);
+            if (n == (ssize_t)strlen(want)) break;
+        }
+        usleep(100 * 1000);
+    }
+    file_of(path, want, what);
+}
+
+/* A child's body for `clone` and the raw forks: read `a` late, exit 0 if it is a's. */
+static int late_reader(void *arg) {
+    int fd = *(int *)arg;
+    usleep(300 * 1000);
+    char buf[32];
+    ssize_t n = read(fd, buf, sizeof buf);
+    return n == 10 && memcmp(buf, "aaaaaaaaaa", 10) == 0 ? 0 : 3;
+}
+
+static void reaped(pid_t pid, const char *what) {
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("FAIL %s: child status %d\n", what, status);
+        fflush(stdout);
+        exit(1);
+    }
+}
+
+static char clone_stack[256 * 1024];
 
 int main(void) {
     put("/iris/a", "aaaaaaaaaa");
@@ -132,6 +189,71 @@ int main(void) {
     pclose(p);
     file_of("/iris/popened", "aaaaaaaaaa", "dup child");
     printf("dup ok\n");
+
+    /* plain */
+    a = open("/iris/a", O_RDONLY);
+    if (a < 0) die("open a");
+    long ino = fd_inode(a);
+    expect(a, "aaaaaaaaaa", "plain a");
+    close(a);
+    b = open("/iris/b", O_RDONLY);
+    if (b < 0) die("open b");
+    if (b != a || fd_inode(b) != ino) {
+        printf("FAIL plain: fd %d inode %ld after fd %d inode %ld: not reused\n", b, fd_inode(b), a, ino);
+        return 1;
+    }
+    expect(b, "bbbbbbbbbb", "plain b");
+    close(b);
+    printf("plain ok\n");
+
+    /* popen */
+    a = open("/iris/a", O_RDONLY);
+    if (a < 0) die("open a");
+    snprintf(cmd, sizeof cmd, "sleep 0.3; cat <&%d > /iris/popen2", a);
+    p = popen(cmd, "r");
+    if (!p) die("popen");
+    reuse_after(a);
+    pclose(p);
+    file_of("/iris/popen2", "aaaaaaaaaa", "popen child");
+    printf("popen ok\n");
+
+    /* system: a background job of its shell outlives the call */
+    a = open("/iris/a", O_RDONLY);
+    if (a < 0) die("open a");
+    snprintf(cmd, sizeof cmd, "(sleep 0.3; cat <&%d > /iris/system.tmp; mv /iris/system.tmp /iris/system) &", a);
+    if (system(cmd) != 0) die("system");
+    reuse_after(a);
+    file_eventually("/iris/system", "aaaaaaaaaa", "system child");
+    printf("system ok\n");
+
+    /* _Fork */
+    a = open("/iris/a", O_RDONLY);
+    if (a < 0) die("open a");
+    pid = _Fork();
+    if (pid < 0) die("_Fork");
+    if (pid == 0) _exit(late_reader(&a));
+    reuse_after(a);
+    reaped(pid, "_Fork");
+    printf("_Fork ok\n");
+
+    /* clone */
+    a = open("/iris/a", O_RDONLY);
+    if (a < 0) die("open a");
+    pid = clone(late_reader, clone_stack + sizeof clone_stack, SIGCHLD, &a);
+    if (pid < 0) die("clone");
+    reuse_after(a);
+    reaped(pid, "clone");
+    printf("clone ok\n");
+
+    /* syscall */
+    a = open("/iris/a", O_RDONLY);
+    if (a < 0) die("open a");
+    pid = syscall(SYS_fork);
+    if (pid < 0) die("syscall(SYS_fork)");
+    if (pid == 0) _exit(late_reader(&a));
+    reuse_after(a);
+    reaped(pid, "syscall");
+    printf("syscall ok\n");
 
     /* churn */
     for (int i = 0; i < 10; i++) {
