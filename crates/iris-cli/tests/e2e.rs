@@ -1056,6 +1056,23 @@ fn descriptions_reused_by_threads_while_the_main_thread_forks_stay_their_own() {
 }
 
 #[test]
+fn a_change_of_ids_groups_or_umask_is_seen_at_the_next_request() {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: changing ids needs root");
+        return;
+    }
+    let v = Volume::new("ident");
+    let bin = Program::build("identity_changes", &["-pthread"]);
+    let stdout = v.sh_ok(&format!("timeout 60 {}", bin.0));
+    assert_eq!(
+        stdout,
+        "seteuid ok\nsetresuid ok\nsetreuid ok\nsetuid-in-child ok\nsetegid ok\nsetgroups ok\n\
+         thread ok\numask ok\n"
+    );
+}
+
+#[test]
 fn spare_descriptions_give_their_fd_numbers_back_when_the_program_runs_out() {
     let v = Volume::new("spares");
     let bin = Program::build("spares_and_fd_limit", &[]);

@@ -21,14 +21,7 @@ fn fs_or_eio() -> Result<&'static Fs, Errno> {
     state::fs().ok_or(Errno::EIO)
 }
 
-fn umask_now() -> u32 {
-    // SAFETY: umask only swaps the process mask; restored at once.
-    unsafe {
-        let m = libc::umask(0o022);
-        libc::umask(m);
-        m
-    }
-}
+use crate::ident::umask_now;
 
 /// Open `path` in Iris (from directory inode `start`, which is `dirfd`'s, or the working
 /// directory's for AT_FDCWD, or the root's for an absolute path) and give it a placeholder fd.

@@ -118,6 +118,11 @@ pub unsafe extern "C" fn clone(
     ctid: *mut libc::pid_t,
 ) -> libc::c_int {
     crate::description::note_fork();
+    if flags & libc::CLONE_NEWUSER != 0 {
+        // Its ids are mapped anew, later (see `ident`): its copy of this memory must not
+        // answer from what this process remembers.
+        crate::ident::remember_nothing();
+    }
     // SAFETY: the caller's arguments, forwarded.
     let r = unsafe { crate::real::clone(f, stack, flags, arg, ptid, tls, ctid) };
     crate::description::note_fork();

@@ -22,6 +22,7 @@ mod exec_list;
 mod fdtable;
 mod fork;
 mod hazard;
+mod ident;
 mod inherit;
 mod lock_owners;
 mod locks;

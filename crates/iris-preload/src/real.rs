@@ -1015,3 +1015,49 @@ real_fn!(
     fn(sock: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int,
     -1
 );
+
+real_fn!(umask, "umask", fn(mask: mode_t) -> mode_t, 0);
+real_fn!(setuid, "setuid", fn(uid: libc::uid_t) -> c_int, -1);
+real_fn!(seteuid, "seteuid", fn(uid: libc::uid_t) -> c_int, -1);
+real_fn!(
+    setreuid,
+    "setreuid",
+    fn(r: libc::uid_t, e: libc::uid_t) -> c_int,
+    -1
+);
+real_fn!(
+    setresuid,
+    "setresuid",
+    fn(r: libc::uid_t, e: libc::uid_t, s: libc::uid_t) -> c_int,
+    -1
+);
+real_fn!(setgid, "setgid", fn(gid: libc::gid_t) -> c_int, -1);
+real_fn!(setegid, "setegid", fn(gid: libc::gid_t) -> c_int, -1);
+real_fn!(
+    setregid,
+    "setregid",
+    fn(r: libc::gid_t, e: libc::gid_t) -> c_int,
+    -1
+);
+real_fn!(
+    setresgid,
+    "setresgid",
+    fn(r: libc::gid_t, e: libc::gid_t, s: libc::gid_t) -> c_int,
+    -1
+);
+real_fn!(
+    setgroups,
+    "setgroups",
+    fn(n: size_t, groups: *const libc::gid_t) -> c_int,
+    -1
+);
+real_fn!(
+    initgroups,
+    "initgroups",
+    fn(user: *const c_char, group: libc::gid_t) -> c_int,
+    -1
+);
+real_fn!(setfsuid, "setfsuid", fn(uid: libc::uid_t) -> c_int, -1);
+real_fn!(setfsgid, "setfsgid", fn(gid: libc::gid_t) -> c_int, -1);
+real_fn!(unshare, "unshare", fn(flags: c_int) -> c_int, -1);
+real_fn!(setns, "setns", fn(fd: c_int, kind: c_int) -> c_int, -1);

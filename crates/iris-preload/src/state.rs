@@ -189,7 +189,8 @@ extern "C" fn commit_at_exit() {
     }
 }
 
-/// The caller's credentials (checked per request, as the kernel would).
+/// The caller's credentials (checked per request, as the kernel would; remembered while
+/// nothing changed them, see `ident`).
 pub(crate) fn cred() -> Cred {
-    Cred::current()
+    crate::ident::cred()
 }

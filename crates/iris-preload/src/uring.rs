@@ -758,10 +758,19 @@ pub unsafe extern "C" fn syscall(
         libc::SYS_io_uring_enter => unsafe { enter([a1, a2, a3, a4, a5, a6]) },
         libc::SYS_io_uring_register => unsafe { register([a1, a2, a3, a4, a5, a6]) },
         n if makes_child(n) => {
-            // A child made behind libc's back (see `description::FORKS`).
+            // A child made behind libc's back (see `description::FORKS`); a raw clone may put
+            // it in a new user namespace (see `ident`).
             crate::description::note_fork();
+            if n == libc::SYS_clone || n == libc::SYS_clone3 {
+                crate::ident::remember_nothing();
+            }
             let r = unsafe { crate::real::syscall(n, a1, a2, a3, a4, a5, a6) };
             crate::description::note_fork();
+            r
+        }
+        n if crate::ident::raw_call_matters(n) => {
+            let r = unsafe { crate::real::syscall(n, a1, a2, a3, a4, a5, a6) };
+            crate::ident::after_raw_call(n);
             r
         }
         libc::SYS_chdir | libc::SYS_fchdir => {
