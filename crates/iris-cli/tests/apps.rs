@@ -736,6 +736,48 @@ print("after close:", open("/iris/m", "rb").read()[:5], os.path.getsize("/iris/m
 }
 
 #[test]
+fn a_mapping_only_read_leaves_the_file_and_its_times_alone() {
+    // git mmaps the files it hashes: when every close of a mapped file wrote it back whole,
+    // its modification and change times moved, and every `git status` after hashed it again.
+    let v = Volume::new("mmap-times");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import mmap, os
+fd = os.open("/iris/r", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b"x" * 10000)
+os.close(fd)
+os.utime("/iris/r", ns=(10**18, 10**18))
+c0 = os.stat("/iris/r").st_ctime_ns
+fd = os.open("/iris/r", os.O_RDONLY)
+m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+seen = m[0:3]
+m.close()
+os.close(fd)
+st = os.stat("/iris/r")
+print(seen, st.st_mtime_ns == 10**18, st.st_ctime_ns == c0)
+' && stat -c %Y /iris/r && python3 -c '
+import mmap, os
+fd = os.open("/iris/r", os.O_RDWR)
+m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[100:103] = b"def"
+m[5000:5003] = b"abc"
+m[9998:10000] = b"yz"
+m.close()
+os.close(fd)
+print(os.stat("/iris/r").st_mtime_ns > 10**18)
+' && python3 -c '
+want = bytearray(b"x" * 10000)
+want[100:103] = b"def"
+want[5000:5003] = b"abc"
+want[9998:10000] = b"yz"
+got = open("/iris/r", "rb").read()
+print(got[4999:5004], got == bytes(want))
+'"#,
+    );
+    assert_eq!(out, "b'xxx' True True\n1000000000\nTrue\nb'xabcx' True\n");
+}
+
+#[test]
 fn whole_block_writes_to_a_mapped_file_reach_the_mapping() {
     let v = Volume::new("mmap-block");
     let out = v.sh_ok(

@@ -133,7 +133,15 @@ pub(crate) fn size(fd: i32) -> Result<u64, Errno> {
     Ok(st.st_size as u64)
 }
 
-/// Copy the shadow's bytes back into the volume (before fsync's commit, and at close).
+/// Bytes compared, and written when they differ, as one piece by [`write_back`].
+const PIECE: usize = 4096;
+
+/// Copy the shadow's bytes back into the volume (before fsync's commit, and at close): only
+/// the pieces that differ from the volume's, and the size only if it differs. A mapping that
+/// was only read, or a write-back with nothing new since the last, changes nothing, and so
+/// leaves the file's modification and change times alone (git mmaps every file it hashes:
+/// each close moved both, and every `git status` after found every file changed and hashed it
+/// again).
 pub(crate) fn write_back(fs: &Fs, ino: u64) -> Result<(), Errno> {
     let fd = match open(fs, ino, false) {
         Ok(fd) => fd,
@@ -141,17 +149,35 @@ pub(crate) fn write_back(fs: &Fs, ino: u64) -> Result<(), Errno> {
         Err(e) => return Err(e),
     };
     let size = size(fd)?;
-    fs.truncate(ino, size)?;
-    let mut buf = vec![0u8; 1 << 20];
+    if fs.getattr(ino)?.size != size {
+        fs.truncate(ino, size)?;
+    }
+    let mut shadow = vec![0u8; 1 << 20];
+    let mut volume = vec![0u8; 1 << 20];
     let mut off = 0u64;
     while off < size {
-        let want = buf.len().min((size - off) as usize);
+        let want = shadow.len().min((size - off) as usize);
         // SAFETY: reading our own shadow into our buffer.
-        let n = unsafe { real::pread(fd, buf.as_mut_ptr().cast(), want, off as i64) };
+        let n = unsafe { real::pread(fd, shadow.as_mut_ptr().cast(), want, off as i64) };
         if n <= 0 {
             break;
         }
-        fs.write(ino, off, &buf[..n as usize])?;
+        let n = n as usize;
+        let got = fs.read(ino, off, &mut volume[..n])?;
+        // Runs of differing pieces, each written as one.
+        let mut run: Option<usize> = None;
+        for at in (0..n).step_by(PIECE).chain(std::iter::once(n)) {
+            let end = (at + PIECE).min(n);
+            let differs = at < n && (end > got || shadow[at..end] != volume[at..end]);
+            match (run, differs) {
+                (None, true) => run = Some(at),
+                (Some(from), false) => {
+                    fs.write(ino, off + from as u64, &shadow[from..at])?;
+                    run = None;
+                }
+                _ => {}
+            }
+        }
         off += n as u64;
     }
     Ok(())
