@@ -1,11 +1,11 @@
-//! Lookup caches of one process: inode records and the data-block locations of file blocks,
-//! tagged with the store's change stamp of the inode record and of the file's data respectively
-//! (see `iris_store::Store::change_stamp`). An entry is used only while its stamp still reads the
+//! Lookup caches of one process: inode records, directory entries and the data-block locations
+//! of file blocks, tagged with the store's change stamp of the inode record, of the entry's key
+//! and of the file's data respectively (see `iris_store::Store::change_stamp`). An entry is used only while its stamp still reads the
 //! same, so a hit is exactly what a tree lookup would return, at the cost of a load or two instead
 //! of a descent. Any change to those keys, by any process, moves the stamp and turns its entries
 //! into misses.
 //!
-//! Inode records sit in a direct-mapped table of seqlocked slots made of atomic words: many
+//! Inode records and directory entries sit in direct-mapped tables of seqlocked slots made of atomic words: many
 //! threads read and fill it without a lock; a slot being filled reads as a miss, and a fill that
 //! finds its slot busy is dropped. Block locations sit in a [`FileCache`] per open inode: one
 //! word per file block, indexed by block number (8 bytes per block, so a file's map stays in the
@@ -22,6 +22,15 @@ use crate::range_lock::RangeLock;
 
 /// Slots of the inode table (a power of two).
 const INODE_SLOTS: usize = 1 << 9;
+/// Slots of the directory-entry table (a power of two): 512 KiB, touched where lookups land.
+const DENTRY_SLOTS: usize = 1 << 12;
+/// Words of a name the directory-entry table keeps.
+const DENTRY_NAME_WORDS: usize = 6;
+/// Longest name the directory-entry table keeps: longer ones are looked up each time.
+pub(crate) const DENTRY_NAME_MAX: usize = DENTRY_NAME_WORDS * 8;
+/// Words of a directory-entry slot: directory, stamp, name length, child (0: no such name),
+/// then the name's bytes.
+const DENTRY_WORDS: usize = 4 + DENTRY_NAME_WORDS;
 /// Words of an encoded inode record.
 const INODE_WORDS: usize = INODE_BYTES / 8;
 
@@ -117,17 +126,66 @@ fn mix(a: u64, b: u64) -> u64 {
     h ^ (h >> 29)
 }
 
-/// The inode-record cache of one `Fs`.
+/// The inode-record and directory-entry caches of one `Fs`.
 pub(crate) struct Caches {
     /// (ino, stamp, record words...).
     inodes: Table<{ 2 + INODE_WORDS }>,
+    /// (directory, stamp, name length, child or 0, name words...): what a name of a directory
+    /// names, or that it names nothing, while the stamp of the name's entry key reads the same.
+    dentries: Table<DENTRY_WORDS>,
+}
+
+/// A name packed into words for the directory-entry table, if it is short enough.
+fn name_words(name: &[u8]) -> Option<[u64; DENTRY_NAME_WORDS]> {
+    if name.is_empty() || name.len() > DENTRY_NAME_MAX {
+        return None;
+    }
+    let mut w = [0u64; DENTRY_NAME_WORDS];
+    for (word, chunk) in w.iter_mut().zip(name.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_le_bytes(b);
+    }
+    Some(w)
 }
 
 impl Caches {
     pub fn new() -> Self {
         Caches {
             inodes: Table::new(INODE_SLOTS),
+            dentries: Table::new(DENTRY_SLOTS),
         }
+    }
+
+    /// What `name` in directory `dir` names, if cached at change stamp `stamp` (the stamp of
+    /// the name's entry key): `Some(Some(ino))`, `Some(None)` when it names nothing, `None`
+    /// when not known.
+    #[inline]
+    pub fn dentry(&self, dir: u64, name: &[u8], hash: u64, stamp: u64) -> Option<Option<u64>> {
+        let want = name_words(name)?;
+        let w = self.dentries.slot(mix(dir, hash)).read()?;
+        if w[0] != dir || dir == 0 || w[1] != stamp || w[2] != name.len() as u64 {
+            return None;
+        }
+        (w[4..] == want[..]).then_some((w[3] != 0).then_some(w[3]))
+    }
+
+    /// Remember what `name` in directory `dir` names (`None`: nothing), read at `stamp`.
+    #[inline]
+    pub fn put_dentry(&self, dir: u64, name: &[u8], hash: u64, stamp: u64, child: Option<u64>) {
+        let Some(words) = name_words(name) else {
+            return;
+        };
+        if dir == 0 {
+            return;
+        }
+        let mut w = [0u64; DENTRY_WORDS];
+        w[0] = dir;
+        w[1] = stamp;
+        w[2] = name.len() as u64;
+        w[3] = child.unwrap_or(0);
+        w[4..].copy_from_slice(&words);
+        self.dentries.slot(mix(dir, hash)).write(&w);
     }
 
     /// The inode record of `ino`, if cached at change stamp `stamp`.
@@ -673,6 +731,29 @@ mod tests {
             Some(at(91)),
             "the word is still a hint after a move"
         );
+    }
+
+    #[test]
+    fn a_directory_entry_hits_only_for_its_directory_name_and_stamp() {
+        let c = Caches::new();
+        let name = b"videodev2.h";
+        c.put_dentry(9, name, 77, 5, Some(1234));
+        assert_eq!(c.dentry(9, name, 77, 5), Some(Some(1234)));
+        assert_eq!(c.dentry(9, name, 77, 6), None, "another stamp");
+        assert_eq!(c.dentry(8, name, 77, 5), None, "another directory");
+        // Another name in the same slot (same hash given): the bytes decide.
+        assert_eq!(c.dentry(9, b"videodev2.c", 77, 5), None);
+        assert_eq!(c.dentry(9, b"videodev2.hh", 77, 5), None);
+        // A name that names nothing is remembered as such.
+        c.put_dentry(9, b"absent", 78, 5, None);
+        assert_eq!(c.dentry(9, b"absent", 78, 5), Some(None));
+        // Names longer than the slot keeps are never cached.
+        let long = [b'x'; DENTRY_NAME_MAX + 1];
+        c.put_dentry(9, &long, 79, 5, Some(1));
+        assert_eq!(c.dentry(9, &long, 79, 5), None);
+        let longest = [b'y'; DENTRY_NAME_MAX];
+        c.put_dentry(9, &longest, 80, 5, Some(2));
+        assert_eq!(c.dentry(9, &longest, 80, 5), Some(Some(2)));
     }
 
     #[test]

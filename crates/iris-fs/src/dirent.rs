@@ -34,6 +34,24 @@ pub(crate) fn decode(v: &[u8]) -> Vec<(Vec<u8>, u64, u8)> {
     out
 }
 
+/// The inode `name` names in a dirent value, without decoding the others.
+pub(crate) fn find(v: &[u8], name: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    while at + 10 <= v.len() {
+        let len = v[at + 9] as usize;
+        if at + 10 + len > v.len() {
+            break;
+        }
+        if &v[at + 10..at + 10 + len] == name {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&v[at..at + 8]);
+            return Some(u64::from_le_bytes(w));
+        }
+        at += 10 + len;
+    }
+    None
+}
+
 /// Encode entries into a dirent value.
 pub(crate) fn encode(entries: &[(Vec<u8>, u64, u8)]) -> Vec<u8> {
     let mut out = Vec::new();

@@ -657,6 +657,41 @@ fn cached_reads_see_every_change_made_through_another_opener() {
 }
 
 #[test]
+fn cached_names_follow_every_change_made_through_another_opener() {
+    // b resolves names (and names that are absent) into its directory-entry cache; a renames,
+    // unlinks, creates and makes directories; b must see each change at its next lookup.
+    let (a, b) = two_openers();
+    let root = Cred::root();
+    let find = |path: &[u8]| b.resolve(&root, ROOT_INO, path, true);
+    a.mkdir(&root, ROOT_INO, b"/d", 0o755).expect("mkdir");
+    let first = create(&a, b"/d/x");
+    assert_eq!(find(b"/d/x"), Ok(first));
+    assert_eq!(find(b"/d/y"), Err(Errno::ENOENT));
+    assert_eq!(find(b"/d/x"), Ok(first), "again, from the cache");
+    // Renamed away, and another file made under the old name.
+    a.rename(&root, ROOT_INO, b"/d/x", ROOT_INO, b"/d/y", 0)
+        .expect("rename");
+    assert_eq!(find(b"/d/y"), Ok(first), "a name cached as absent");
+    assert_eq!(find(b"/d/x"), Err(Errno::ENOENT));
+    let second = create(&a, b"/d/x");
+    assert_ne!(second, first);
+    assert_eq!(find(b"/d/x"), Ok(second));
+    // Unlinked.
+    a.unlink(&root, ROOT_INO, b"/d/y").expect("unlink");
+    assert_eq!(find(b"/d/y"), Err(Errno::ENOENT));
+    // A directory replaced by another through a rename over it, seen by a path through it.
+    a.mkdir(&root, ROOT_INO, b"/e", 0o755).expect("mkdir e");
+    let in_e = create(&a, b"/e/z");
+    assert_eq!(find(b"/d/x"), Ok(second));
+    a.unlink(&root, ROOT_INO, b"/d/x").expect("unlink x");
+    a.rmdir(&root, ROOT_INO, b"/d").expect("rmdir d");
+    a.rename(&root, ROOT_INO, b"/e", ROOT_INO, b"/d", 0)
+        .expect("rename e");
+    assert_eq!(find(b"/d/z"), Ok(in_e));
+    assert_eq!(find(b"/d/x"), Err(Errno::ENOENT));
+}
+
+#[test]
 fn cached_readers_never_see_a_torn_or_reused_block_under_concurrent_overwrites() {
     let (a, b) = two_openers();
     let ino = create(&a, b"/hot");

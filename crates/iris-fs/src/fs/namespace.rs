@@ -170,7 +170,7 @@ impl Fs {
             // else with a trailing slash ENOTDIR.
             let found = self
                 .store
-                .read(|v| Ok(Self::lookup_in(v, dir, &name)))
+                .read(|v| Ok(self.lookup_in(v, dir, &name)))
                 .map_err(store_err)??;
             let ino = found.ok_or(Errno::ENOENT)?;
             return Err(if self.getattr(ino)?.is_dir() {

@@ -48,15 +48,26 @@ impl Fs {
             .map_err(store_err)?
     }
 
-    pub(super) fn lookup_in(view: &View<'_>, dir: u64, name: &[u8]) -> FsResult<Option<u64>> {
-        let entries = view
-            .get_with(key(dir, Kind::Dirent, name_hash(name)), dirent::decode)
+    /// What `name` in directory `dir` names, from the cache when the change stamp of its
+    /// entry key allows (read before the lookup, as for inodes).
+    pub(super) fn lookup_in(
+        &self,
+        view: &View<'_>,
+        dir: u64,
+        name: &[u8],
+    ) -> FsResult<Option<u64>> {
+        let hash = name_hash(name);
+        let k = key(dir, Kind::Dirent, hash);
+        let stamp = view.change_stamp(k);
+        if let Some(found) = self.caches.dentry(dir, name, hash, stamp) {
+            return Ok(found);
+        }
+        let found = view
+            .get_with(k, |v| dirent::find(v, name))
             .map_err(store_err)?
-            .unwrap_or_default();
-        Ok(entries
-            .into_iter()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, i, _)| i))
+            .flatten();
+        self.caches.put_dentry(dir, name, hash, stamp, found);
+        Ok(found)
     }
 
     fn resolve_in(
@@ -84,7 +95,7 @@ impl Fs {
             let next = if name == b".." {
                 cur_inode.parent.max(ROOT_INO)
             } else {
-                Self::lookup_in(view, cur, &name)?.ok_or(Errno::ENOENT)?
+                self.lookup_in(view, cur, &name)?.ok_or(Errno::ENOENT)?
             };
             let next_inode = self.inode_in(view, next)?;
             let last = pending.is_empty();
@@ -219,7 +230,7 @@ impl Fs {
             }
             let existing = self
                 .store
-                .read(|v| Ok(Self::lookup_in(v, dir, &name)))
+                .read(|v| Ok(self.lookup_in(v, dir, &name)))
                 .map_err(store_err)??;
             match existing {
                 Some(ino) => {
