@@ -699,6 +699,50 @@ print(os.preadv(fd, [b1, b2], 0), bytes(b1 + b2), os.fstat(fd).st_size, os.statv
 }
 
 #[test]
+fn copies_through_a_reused_buffer_hand_out_only_their_own_bytes() {
+    // readv, preadv, copy_file_range and sendfile copy through a buffer each thread keeps
+    // between calls: a short copy after a long one must carry none of the long one's bytes.
+    let v = Volume::new("bounce");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import os
+def put(path, data):
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+    os.write(fd, data)
+    os.close(fd)
+put("/iris/big", b"B" * 300000)
+put("/iris/small", b"small")
+for src, dst in (("/iris/big", "/iris/o1"), ("/iris/small", "/iris/o2")):
+    i = os.open(src, os.O_RDONLY)
+    o = os.open(dst, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    while os.copy_file_range(i, o, 1 << 30):
+        pass
+    os.close(i)
+    os.close(o)
+print(os.path.getsize("/iris/o1"), open("/iris/o2", "rb").read())
+big = os.open("/iris/big", os.O_RDONLY)
+b = [bytearray(100000) for _ in range(3)]
+print(os.readv(big, b), os.preadv(big, b, 0))
+small = os.open("/iris/small", os.O_RDONLY)
+b1, b2 = bytearray(b"-" * 8), bytearray(b"-" * 8)
+print(os.readv(small, [b1, b2]), bytes(b1), bytes(b2))
+b1, b2 = bytearray(b"-" * 8), bytearray(b"-" * 8)
+print(os.preadv(small, [b1, b2], 2), bytes(b1), bytes(b2))
+o = os.open("/iris/o3", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+os.sendfile(o, big, 0, 300000)
+os.lseek(small, 0, os.SEEK_SET)
+o4 = os.open("/iris/o4", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+print(os.sendfile(o4, small, 0, 1 << 20), open("/iris/o4", "rb").read())
+'"#,
+    );
+    assert_eq!(
+        out,
+        "300000 b'small'\n300000 300000\n5 b'small---' b'--------'\n3 b'all-----' b'--------'\n\
+         5 b'small'\n"
+    );
+}
+
+#[test]
 fn several_mount_prefixes_share_one_volume() {
     let v = Volume::new("mounts");
     let out = Command::new(IRIS)

@@ -708,13 +708,14 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
     let Some(total) = (unsafe { iov_total(iov, n) }) else {
         return fail(libc::EINVAL);
     };
-    let mut buf = vec![0u8; total];
-    let r = read_at_offset(&f, &mut buf);
-    if r > 0 {
-        // SAFETY: caller's iovecs.
-        unsafe { scatter(iov, n, &buf[..r as usize]) };
-    }
-    r
+    crate::bounce::with(total, |buf| {
+        let r = read_at_offset(&f, buf);
+        if r > 0 {
+            // SAFETY: caller's iovecs.
+            unsafe { scatter(iov, n, &buf[..r as usize]) };
+        }
+        r
+    })
 }
 
 #[no_mangle]
@@ -745,13 +746,14 @@ pub unsafe extern "C" fn preadv(
     let Some(total) = (unsafe { iov_total(iov, n) }) else {
         return fail(libc::EINVAL);
     };
-    let mut buf = vec![0u8; total];
-    let r = pread_file(&f, &mut buf, off);
-    if r > 0 {
-        // SAFETY: caller's iovecs.
-        unsafe { scatter(iov, n, &buf[..r as usize]) };
-    }
-    r
+    crate::bounce::with(total, |buf| {
+        let r = pread_file(&f, buf, off);
+        if r > 0 {
+            // SAFETY: caller's iovecs.
+            unsafe { scatter(iov, n, &buf[..r as usize]) };
+        }
+        r
+    })
 }
 
 #[no_mangle]
@@ -2123,8 +2125,24 @@ unsafe fn copy_between(
     out_off: *mut i64,
     n: size_t,
 ) -> ssize_t {
-    let chunk = n.min(1 << 20);
-    let mut buf = vec![0u8; chunk];
+    // SAFETY: the caller's offsets, as this function's.
+    crate::bounce::with(n.min(1 << 20), |buf| unsafe {
+        copy_through(fd_in, in_off, fd_out, out_off, buf)
+    })
+}
+
+/// [`copy_between`] through `buf` (its bytes are read before they are written out).
+///
+/// # Safety
+/// Offsets NULL or valid.
+unsafe fn copy_through(
+    fd_in: c_int,
+    in_off: *mut i64,
+    fd_out: c_int,
+    out_off: *mut i64,
+    buf: &mut [u8],
+) -> ssize_t {
+    let chunk = buf.len();
     // SAFETY: reading into our own buffer through the interposed calls (Iris or kernel).
     let got = unsafe {
         if in_off.is_null() {
@@ -2242,18 +2260,19 @@ pub unsafe extern "C" fn preadv2(
     let Some(total) = (unsafe { iov_total(iov, n) }) else {
         return fail(libc::EINVAL);
     };
-    let mut buf = vec![0u8; total];
-    // Offset -1 means the file offset, as for readv.
-    let r = if off == -1 {
-        read_at_offset(&f, &mut buf)
-    } else {
-        pread_file(&f, &mut buf, off)
-    };
-    if r > 0 {
-        // SAFETY: caller's iovecs.
-        unsafe { scatter(iov, n, &buf[..r as usize]) };
-    }
-    r
+    crate::bounce::with(total, |buf| {
+        // Offset -1 means the file offset, as for readv.
+        let r = if off == -1 {
+            read_at_offset(&f, buf)
+        } else {
+            pread_file(&f, buf, off)
+        };
+        if r > 0 {
+            // SAFETY: caller's iovecs.
+            unsafe { scatter(iov, n, &buf[..r as usize]) };
+        }
+        r
+    })
 }
 
 #[no_mangle]

@@ -9,6 +9,7 @@
 
 mod aio;
 mod aliases;
+mod bounce;
 mod calls;
 mod cwd;
 mod deadlock;

@@ -42,16 +42,18 @@ pub unsafe extern "C" fn splice(
             Ok(room) => room,
             Err(e) => return fail(e),
         };
-        let mut buf = vec![0u8; len.min(room).min(MOST)];
         // SAFETY: Iris's own calls on the caller's fds and offset.
-        unsafe { from_file(fd_in, off_in, fd_out, &mut buf) }
+        crate::bounce::with(len.min(room).min(MOST), |buf| unsafe {
+            from_file(fd_in, off_in, fd_out, buf)
+        })
     } else {
-        let mut buf = vec![0u8; len.min(MOST)];
         if !off_in.is_null() {
             return fail(libc::ESPIPE);
         }
         // SAFETY: as above.
-        unsafe { into_file(fd_in, fd_out, off_out, &mut buf) }
+        crate::bounce::with(len.min(MOST), |buf| unsafe {
+            into_file(fd_in, fd_out, off_out, buf)
+        })
     }
 }
 
