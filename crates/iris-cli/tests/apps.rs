@@ -778,6 +778,87 @@ print(got[4999:5004], got == bytes(want))
 }
 
 #[test]
+fn a_reader_of_a_mapped_file_leaves_the_volume_to_the_writer_whose_last_unmapping_puts_it_back() {
+    // W maps a file writable, closes its fd and writes through the mapping; R (another
+    // process) reads the bytes (from the shadow) and closes: R changed nothing, so its close
+    // writes nothing back (the file's times stay). W's last unmapping puts the bytes back,
+    // as the volume read without the interposer shows.
+    let v = Volume::new("mmap-writer");
+    // (libc's mmap and munmap through ctypes: Python's mmap keeps an fd of its own.)
+    let writer = r#"
+import ctypes, mmap, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+fd = os.open("/iris/w", os.O_CREAT | os.O_RDWR, 0o644)
+os.ftruncate(fd, 8192)
+p = libc.mmap(None, 8192, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+assert p not in (None, ctypes.c_void_p(-1).value)
+os.close(fd)
+ctypes.memmove(p, b"hello", 5)
+os.utime("/iris/w", ns=(10**18, 10**18))
+open("/iris/w.ready", "w").close()
+while not os.path.exists("/iris/r.done"):
+    time.sleep(0.01)
+assert libc.munmap(p, 8192) == 0
+time.sleep(0.2)
+"#;
+    let reader = r#"
+import os, time
+while not os.path.exists("/iris/w.ready"):
+    time.sleep(0.01)
+fd = os.open("/iris/w", os.O_RDONLY)
+seen = os.read(fd, 5)
+os.close(fd)
+print(seen, os.stat("/iris/w").st_mtime_ns == 10**18)
+open("/iris/r.done", "w").close()
+"#;
+    let dir = std::env::temp_dir().join(format!("iris-mmap-writer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("w.py"), writer).expect("w.py");
+    std::fs::write(dir.join("r.py"), reader).expect("r.py");
+    let out = v.sh_ok(&format!(
+        "python3 {d}/w.py & python3 {d}/r.py; wait",
+        d = dir.display()
+    ));
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out, "b'hello' True\n");
+    let cat = Command::new(IRIS)
+        .arg("cat")
+        .arg(&v.0)
+        .arg("/w")
+        .output()
+        .expect("iris cat");
+    assert!(
+        cat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cat.stderr)
+    );
+    assert_eq!(&cat.stdout[..5], b"hello");
+    assert_eq!(cat.stdout.len(), 8192);
+    // A writer that ends without unmapping or closing: its exit puts the bytes back.
+    v.sh_ok(
+        r#"python3 -c '
+import ctypes, mmap, os
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open("/iris/w", os.O_RDWR)
+p = libc.mmap(None, 8192, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+ctypes.memmove(p + 4096, b"world", 5)
+'"#,
+    );
+    let cat = Command::new(IRIS)
+        .arg("cat")
+        .arg(&v.0)
+        .arg("/w")
+        .output()
+        .expect("iris cat");
+    assert_eq!(&cat.stdout[4096..4101], b"world");
+}
+
+#[test]
 fn whole_block_writes_to_a_mapped_file_reach_the_mapping() {
     let v = Volume::new("mmap-block");
     let out = v.sh_ok(

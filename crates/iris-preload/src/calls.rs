@@ -198,6 +198,7 @@ fn write_shadow(fs: &Fs, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno
         Ok(fd) => {
             // SAFETY: writing the caller's bytes into the shadow.
             let n = unsafe { real::pwrite(fd, data.as_ptr().cast(), data.len(), off as i64) };
+            crate::shadow::note_changed(ino);
             if n < 0 {
                 Err(Errno::EIO)
             } else {
@@ -378,7 +379,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             if let Some(fs) = state::fs() {
                 let _b = Busy::enter();
                 if shadow_of(fs, file.ino).is_some() {
-                    let _ = crate::shadow::write_back(fs, file.ino);
+                    let _ = crate::shadow::write_back_if_changed(fs, file.ino);
                 }
             }
             match Arc::try_unwrap(file) {
@@ -1369,11 +1370,14 @@ fn truncate_file(file: &OpenFile, len: i64) -> c_int {
         return fail(libc::EINVAL);
     }
     path_op(|fs| match shadow_of(fs, file.ino) {
-        // SAFETY: sizing the shadow file.
-        Some(fd) => match unsafe { real::ftruncate(fd, len) } {
-            0 => Ok(()),
-            _ => Err(Errno::EIO),
-        },
+        Some(fd) => {
+            crate::shadow::note_changed(file.ino);
+            // SAFETY: sizing the shadow file.
+            match unsafe { real::ftruncate(fd, len) } {
+                0 => Ok(()),
+                _ => Err(Errno::EIO),
+            }
+        }
         None => fs.truncate(file.ino, len as u64),
     })
 }
@@ -1409,11 +1413,14 @@ fn truncate_path(start: u64, path: &[u8], len: i64) -> c_int {
         }
         c.check(&i, iris_fs::W_OK)?;
         match shadow_of(fs, ino) {
-            // SAFETY: sizing the shadow file.
-            Some(fd) => match unsafe { real::ftruncate(fd, len) } {
-                0 => Ok(()),
-                _ => Err(Errno::EIO),
-            },
+            Some(fd) => {
+                crate::shadow::note_changed(ino);
+                // SAFETY: sizing the shadow file.
+                match unsafe { real::ftruncate(fd, len) } {
+                    0 => Ok(()),
+                    _ => Err(Errno::EIO),
+                }
+            }
             None => fs.truncate(ino, len as u64),
         }
     })
@@ -1679,6 +1686,10 @@ fn mmap_iris(
         }
         return match crate::shadow::open(fs, file.ino, true) {
             Ok(sfd) => {
+                if prot & libc::PROT_WRITE != 0 || file.writable() {
+                    // Writable now, or after an mprotect: its bytes may change.
+                    crate::shadow::note_changed(file.ino);
+                }
                 // SAFETY: mapping the shadow with the caller's arguments.
                 let p = unsafe { real::mmap(addr, len, prot, flags, sfd, off) };
                 if p != libc::MAP_FAILED {

@@ -111,10 +111,28 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    let inodes = inodes_in(addr as usize, len);
     // SAFETY: forwarding.
     let r = unsafe { real::munmap(addr, len) };
     if r == 0 {
         forget(addr as usize, len);
+        // The last mapping of a file in this process gone: what it changed goes back into
+        // the volume, as a close would put it (a program may unmap after its last close).
+        let gone: Vec<u64> = {
+            let maps = MAPS.lock();
+            inodes
+                .into_iter()
+                .filter(|ino| !maps.iter().any(|(_, _, i)| i == ino))
+                .collect()
+        };
+        if !gone.is_empty() {
+            let _b = Busy::enter();
+            if let Some(fs) = crate::state::fs_if_open() {
+                for ino in gone {
+                    let _ = crate::shadow::write_back_if_changed(fs, ino);
+                }
+            }
+        }
     }
     r
 }

@@ -15,8 +15,10 @@ use iris_media::OwnFd;
 
 use crate::real;
 
-/// Shadow fds this process holds, by inode (kept out of the program's way, see `own_fd`).
-static OPEN: Mutex<Vec<(u64, OwnFd)>> = Mutex::new(Vec::new());
+/// Shadow fds this process holds, by inode (kept out of the program's way, see `own_fd`), and
+/// whether this process may have changed the shadow's bytes: a write or truncate through it, or
+/// a shared mapping of an fd open for writing (see [`note_changed`]).
+static OPEN: Mutex<Vec<(u64, OwnFd, bool)>> = Mutex::new(Vec::new());
 
 /// Hold the table of shadows across a fork (see `crate::fork`).
 pub(crate) fn lock_for_fork() {
@@ -48,8 +50,50 @@ fn errno() -> Errno {
 fn cached(ino: u64) -> Option<i32> {
     OPEN.lock()
         .iter()
-        .find(|(i, _)| *i == ino)
-        .map(|(_, fd)| fd.raw())
+        .find(|(i, _, _)| *i == ino)
+        .map(|(_, fd, _)| fd.raw())
+}
+
+/// This process may have changed the shadow of `ino` (opened by [`open`] before): its closes
+/// write it back (see [`write_back_if_changed`]).
+pub(crate) fn note_changed(ino: u64) {
+    if let Some(e) = OPEN.lock().iter_mut().find(|(i, _, _)| *i == ino) {
+        e.2 = true;
+    }
+}
+
+/// Whether this process may have changed the shadow of `ino`.
+pub(crate) fn changed_here(ino: u64) -> bool {
+    OPEN.lock()
+        .iter()
+        .any(|(i, _, changed)| *i == ino && *changed)
+}
+
+/// At exit: write back every shadow this process may have changed (a program that ends
+/// without unmapping or closing leaves its changes in the shadow only).
+pub(crate) fn write_back_all_changed(fs: &Fs) {
+    let changed: Vec<u64> = OPEN
+        .lock()
+        .iter()
+        .filter(|(_, _, changed)| *changed)
+        .map(|(ino, _, _)| *ino)
+        .collect();
+    for ino in changed {
+        let _ = write_back(fs, ino);
+    }
+}
+
+/// [`write_back`] if this process may have changed the shadow: a process that only read the
+/// file (git's mapped packs and index, a reader's close) leaves the volume alone, as a reader's
+/// close does on a kernel file system; the processes that change the shadow put it back at
+/// their closes, `msync`, `fsync` and last unmapping, and every process reads the shadow
+/// meanwhile.
+pub(crate) fn write_back_if_changed(fs: &Fs, ino: u64) -> Result<(), Errno> {
+    if changed_here(ino) {
+        write_back(fs, ino)
+    } else {
+        Ok(())
+    }
 }
 
 /// The shadow fd of `ino`, creating the shadow from the file's bytes if `create`. Without
@@ -95,7 +139,7 @@ pub(crate) fn open(fs: &Fs, ino: u64, create: bool) -> Result<i32, Errno> {
     }
     let own = OwnFd::adopt(fd).ok_or_else(errno)?;
     let fd = own.raw();
-    OPEN.lock().push((ino, own));
+    OPEN.lock().push((ino, own, false));
     Ok(fd)
 }
 
@@ -187,7 +231,7 @@ pub(crate) fn write_back(fs: &Fs, ino: u64) -> Result<(), Errno> {
 pub(crate) fn remove(fs: &Fs, ino: u64) {
     {
         let mut v = OPEN.lock();
-        if let Some(at) = v.iter().position(|(i, _)| *i == ino) {
+        if let Some(at) = v.iter().position(|(i, _, _)| *i == ino) {
             // Closes our shadow fd.
             drop(v.remove(at));
         }

@@ -184,6 +184,7 @@ pub(crate) fn fs() -> Option<&'static Fs> {
 extern "C" fn commit_at_exit() {
     if let Some(fs) = fs_if_open() {
         let _b = Busy::enter();
+        crate::shadow::write_back_all_changed(fs);
         fs.release_at_exit();
         let _ = fs.sync();
     }
