@@ -1117,6 +1117,16 @@ fn a_change_of_ids_groups_or_umask_is_seen_at_the_next_request() {
 }
 
 #[test]
+fn children_start_in_the_iris_directory_a_program_changed_into_itself() {
+    // `make -C /iris/dir` changes directory itself and leaves PWD behind: its compilers ran
+    // in "/" and found no source file.
+    let v = Volume::new("cwdspawn");
+    let bin = Program::build("cwd_across_spawn", &[]);
+    let stdout = v.sh_ok(&format!("cd / && timeout 60 {}", bin.0));
+    assert_eq!(stdout, "relative\nrelative\nrelative\n/iris/sub\n/tmp\n");
+}
+
+#[test]
 fn spare_descriptions_give_their_fd_numbers_back_when_the_program_runs_out() {
     let v = Volume::new("spares");
     let bin = Program::build("spares_and_fd_limit", &[]);

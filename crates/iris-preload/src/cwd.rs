@@ -1,7 +1,8 @@
 //! A working directory inside Iris. The kernel cannot chdir into an Iris directory, so the
 //! interposer keeps it: relative paths then resolve from that directory, and `getcwd` reports it.
 //! The kernel's working directory is set to "/" meanwhile. A new program image adopts an Iris
-//! working directory from `PWD` (which shells export) when the kernel's is "/".
+//! working directory, when the kernel's is "/", from `IRIS_CWD` (which every exec and spawn
+//! through Iris passes on) or else from `PWD` (which shells export).
 #![allow(clippy::missing_safety_doc)]
 
 use iris_fs::ForkSafeMutex as Mutex;
@@ -46,6 +47,14 @@ pub(crate) fn iris_cwd() -> Option<u64> {
 
 fn current_abs() -> Option<Vec<u8>> {
     CWD.lock().as_ref().map(|(_, p)| p.clone())
+}
+
+/// The absolute path of the Iris working directory, if the working directory is in Iris.
+pub(crate) fn iris_cwd_path() -> Option<Vec<u8>> {
+    if !IN_IRIS.load(Ordering::Acquire) {
+        return None;
+    }
+    current_abs()
 }
 
 /// Whether absolute `path` is normal already: no empty, "." or ".." component.
@@ -249,12 +258,14 @@ pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
     unsafe { getcwd(std::ptr::null_mut(), 0) }
 }
 
-/// At start-up: adopt `PWD` if it names an Iris directory and the kernel's cwd is "/".
+/// At start-up: adopt `IRIS_CWD`, else `PWD`, if it names an Iris directory and the kernel's
+/// cwd is "/".
 pub(crate) fn adopt_pwd() {
-    let Ok(pwd) = std::env::var("PWD") else {
+    let Some(pwd) = std::env::var_os(crate::exec::CWD_VAR).or_else(|| std::env::var_os("PWD"))
+    else {
         return;
     };
-    let pwd = normalize(pwd.as_bytes());
+    let pwd = normalize(pwd.as_encoded_bytes());
     let Some(rel) = strip_prefix(&pwd) else {
         return;
     };

@@ -21,6 +21,10 @@ const KEEP: [&str; 5] = [
     "IRIS_LOG",
 ];
 
+/// The variable that passes an Iris working directory to the new image (see `cwd`).
+pub(crate) const CWD_VAR: &str = "IRIS_CWD";
+const CWD_ENTRY: &[u8] = b"IRIS_CWD=";
+
 /// Our own values of the variables, captured at load (before the program can change them).
 fn ours() -> &'static [CString] {
     static OURS: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
@@ -62,8 +66,9 @@ unsafe fn patched_env(
             }
             // SAFETY: a C string of the array.
             let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
-            // (Lock fds an earlier image passed: this exec names its own.)
-            if !crate::locks::is_passed_entry(bytes) {
+            // (Lock fds an earlier image passed: this exec names its own; and the working
+            // directory is this process's, below.)
+            if !crate::locks::is_passed_entry(bytes) && !bytes.starts_with(CWD_ENTRY) {
                 have.push(bytes.to_vec());
             }
             i += 1;
@@ -87,6 +92,13 @@ unsafe fn patched_env(
             }
             Some(_) => {}
         }
+    }
+    if let Some(cwd) = crate::cwd::iris_cwd_path() {
+        // The new image starts in this Iris working directory: `PWD` says so only when a
+        // shell changed it (`make -C`, a program's chdir, leave it behind).
+        let mut e = CWD_ENTRY.to_vec();
+        e.extend_from_slice(&cwd);
+        have.push(e);
     }
     have.extend(extra.iter().map(|e| e.as_bytes().to_vec()));
     for h in have {

@@ -1,0 +1,55 @@
+/* A program that changes into an Iris directory itself (as `make -C` does) leaves PWD behind:
+ * its children must start in that directory all the same, however they are made. Started from
+ * "/" (PWD=/). Each child runs `cat rel.txt` (a path relative to the Iris directory) and a
+ * shell the child runs does it once more; prints what they print. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static void wait_for(pid_t pid, const char *what) {
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("FAIL %s: status %d\n", what, status);
+        exit(1);
+    }
+}
+
+int main(void) {
+    if (mkdir("/iris/sub", 0755) != 0) { perror("mkdir"); return 1; }
+    int fd = open("/iris/sub/rel.txt", O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, "relative\n", 9) != 9 || close(fd) != 0) { perror("rel.txt"); return 1; }
+    if (chdir("/iris/sub") != 0) { perror("chdir"); return 1; }
+    fflush(stdout);
+
+    pid_t pid;
+    char *cat[] = {"cat", "rel.txt", NULL};
+    if (posix_spawnp(&pid, "cat", NULL, NULL, cat, environ) != 0) { perror("posix_spawnp"); return 1; }
+    wait_for(pid, "posix_spawnp");
+
+    pid = fork();
+    if (pid == 0) {
+        execlp("cat", "cat", "rel.txt", (char *)NULL);
+        _exit(127);
+    }
+    wait_for(pid, "fork and execlp");
+
+    char *sh[] = {"sh", "-c", "cat rel.txt && pwd", NULL};
+    if (posix_spawnp(&pid, "sh", NULL, NULL, sh, environ) != 0) { perror("posix_spawnp sh"); return 1; }
+    wait_for(pid, "a shell's child");
+
+    /* Back out to a host directory: children start there, not in the Iris one. */
+    if (chdir("/tmp") != 0) { perror("chdir /tmp"); return 1; }
+    fflush(stdout);
+    char *pwd[] = {"sh", "-c", "pwd", NULL};
+    if (posix_spawnp(&pid, "sh", NULL, NULL, pwd, environ) != 0) { perror("posix_spawnp pwd"); return 1; }
+    wait_for(pid, "host directory");
+    return 0;
+}
