@@ -91,32 +91,65 @@ impl<const N: usize> Slot<N> {
     }
 }
 
-/// A direct-mapped table of slots, zeroed (every word 0 reads as an empty slot).
+/// A direct-mapped table of slots, zeroed (every word 0 reads as an empty slot), in anonymous
+/// memory of its own: its pages are the kernel's zero pages until a slot on them is filled.
+/// (The global allocator's zeroed allocation writes every byte when the alignment is a cache
+/// line's: the 512 KiB name table cost every process that opened a volume about a fifth of its
+/// start-up, `true` with its working directory in Iris 3.5 ms against 1.6 ms outside.)
 struct Table<const N: usize> {
-    slots: Box<[Slot<N>]>,
+    ptr: std::ptr::NonNull<Slot<N>>,
+    len: usize,
 }
+
+// SAFETY: the table owns its mapping; slots are atomics, shared between threads by design.
+unsafe impl<const N: usize> Send for Table<N> {}
+// SAFETY: as above.
+unsafe impl<const N: usize> Sync for Table<N> {}
 
 impl<const N: usize> Table<N> {
     fn new(len: usize) -> Self {
         debug_assert!(len.is_power_of_two());
         let layout =
             std::alloc::Layout::array::<Slot<N>>(len).expect("cache tables have constant sizes");
-        // SAFETY: `layout` is non-zero-sized (a slot holds at least the sequence word); zeroed
-        // memory is a valid `Slot<N>` (atomic integers), so the slice may be built over it and
-        // owned by a Box with the same layout (the global allocator's, which Box frees with).
-        let slots = unsafe {
-            let p = std::alloc::alloc_zeroed(layout) as *mut Slot<N>;
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len))
+        // SAFETY: a new private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
         };
-        Table { slots }
+        let Some(ptr) =
+            std::ptr::NonNull::new(p.cast::<Slot<N>>()).filter(|_| p != libc::MAP_FAILED)
+        else {
+            // As the allocator does when memory runs out.
+            std::alloc::handle_alloc_error(layout);
+        };
+        Table { ptr, len }
     }
 
     #[inline]
     fn slot(&self, hash: u64) -> &Slot<N> {
-        &self.slots[(hash as usize) & (self.slots.len() - 1)]
+        let i = (hash as usize) & (self.len - 1);
+        // SAFETY: the mapping holds `len` slots (`i < len`), page-aligned (past a slot's
+        // alignment), zero at first (a valid, empty slot: atomic integers), and lives as long
+        // as `self`.
+        unsafe { &*self.ptr.as_ptr().add(i) }
+    }
+}
+
+impl<const N: usize> Drop for Table<N> {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`; no reference to it outlives `self`.
+        unsafe {
+            libc::munmap(
+                self.ptr.as_ptr().cast(),
+                self.len * std::mem::size_of::<Slot<N>>(),
+            )
+        };
     }
 }
 
@@ -754,6 +787,28 @@ mod tests {
         let longest = [b'y'; DENTRY_NAME_MAX];
         c.put_dentry(9, &longest, 80, 5, Some(2));
         assert_eq!(c.dentry(9, &longest, 80, 5), Some(Some(2)));
+    }
+
+    /// Pages of `t`'s slots the kernel has resident.
+    fn resident_pages<const N: usize>(t: &Table<N>) -> usize {
+        let bytes = t.len * std::mem::size_of::<Slot<N>>();
+        let mut resident = vec![0u8; bytes.div_ceil(4096)];
+        // SAFETY: mincore reads the residency of the table's own mapping into a vector of one
+        // byte per page.
+        let rc = unsafe { libc::mincore(t.ptr.as_ptr().cast(), bytes, resident.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        resident.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    #[test]
+    fn new_tables_leave_their_pages_untouched_until_slots_are_filled() {
+        // Every process that opens a volume makes them: zeroing them cost a fifth of a short
+        // process's start-up.
+        let c = Caches::new();
+        assert_eq!(resident_pages(&c.dentries), 0);
+        assert_eq!(resident_pages(&c.inodes), 0);
+        c.put_dentry(9, b"name", 1, 1, Some(2));
+        assert_eq!(resident_pages(&c.dentries), 1);
     }
 
     #[test]

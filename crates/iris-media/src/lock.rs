@@ -15,13 +15,17 @@ pub enum LockMode {
     Shared,
     /// Only this opener.
     Exclusive,
+    /// Only this opener if nobody holds it now; else `InUse` without naming the holders (the
+    /// caller joins them: reading `/proc/locks` for a message nobody reads cost every process
+    /// that opened a shared volume a read of every lock in the system).
+    ExclusiveIfFree,
 }
 
 /// Take the advisory lock on `file` without waiting.
 pub(crate) fn lock(file: &std::fs::File, path: &Path, mode: LockMode) -> Result<(), MediaError> {
     let op = match mode {
         LockMode::Shared => libc::LOCK_SH,
-        LockMode::Exclusive => libc::LOCK_EX,
+        LockMode::Exclusive | LockMode::ExclusiveIfFree => libc::LOCK_EX,
     } | libc::LOCK_NB;
     // SAFETY: flock on a valid, owned descriptor; no memory is passed.
     let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
@@ -30,7 +34,11 @@ pub(crate) fn lock(file: &std::fs::File, path: &Path, mode: LockMode) -> Result<
     }
     let err = std::io::Error::last_os_error();
     if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        let holders = lock_holders(file).unwrap_or_else(|| "another process".to_string());
+        let holders = match mode {
+            LockMode::ExclusiveIfFree => None,
+            _ => lock_holders(file),
+        }
+        .unwrap_or_else(|| "another process".to_string());
         return Err(MediaError::InUse {
             path: path.to_path_buf(),
             holders,

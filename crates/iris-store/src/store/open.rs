@@ -213,7 +213,7 @@ impl Store {
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store> {
         let (block_size, max_blocks) = peek_geometry(path)?;
         let map_len = max_blocks * u64::from(block_size);
-        match MappedMedia::open(path, false, LockMode::Exclusive, map_len, 0) {
+        match MappedMedia::open(path, false, LockMode::ExclusiveIfFree, map_len, 0) {
             Ok(media) => {
                 let store = Store::open_on(Box::new(media), opts)?;
                 store.inner.media.share()?;
