@@ -824,19 +824,9 @@ open("/iris/r.done", "w").close()
     ));
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(out, "b'hello' True\n");
-    let cat = Command::new(IRIS)
-        .arg("cat")
-        .arg(&v.0)
-        .arg("/w")
-        .output()
-        .expect("iris cat");
-    assert!(
-        cat.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cat.stderr)
-    );
-    assert_eq!(&cat.stdout[..5], b"hello");
-    assert_eq!(cat.stdout.len(), 8192);
+    let bytes = v.cat_ok("/w");
+    assert_eq!(&bytes[..5], b"hello");
+    assert_eq!(bytes.len(), 8192);
     // A writer that ends without unmapping or closing: its exit puts the bytes back.
     v.sh_ok(
         r#"python3 -c '
@@ -849,13 +839,7 @@ p = libc.mmap(None, 8192, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd,
 ctypes.memmove(p + 4096, b"world", 5)
 '"#,
     );
-    let cat = Command::new(IRIS)
-        .arg("cat")
-        .arg(&v.0)
-        .arg("/w")
-        .output()
-        .expect("iris cat");
-    assert_eq!(&cat.stdout[4096..4101], b"world");
+    assert_eq!(&v.cat_ok("/w")[4096..4101], b"world");
 }
 
 #[test]

@@ -1159,18 +1159,7 @@ fn msync_of_a_shared_mapping_reaches_the_volume() {
     // The program kills itself: the shell reports it, the volume keeps what msync committed.
     let out = v.sh_ok(&format!("{}; echo status $?", bin.0));
     assert_eq!(out, "status 137\n");
-    let cat = Command::new(IRIS)
-        .arg("cat")
-        .arg(&v.0)
-        .arg("/m")
-        .output()
-        .expect("iris cat");
-    assert!(
-        cat.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cat.stderr)
-    );
-    let bytes = cat.stdout;
+    let bytes = v.cat_ok("/m");
     assert_eq!(bytes.len(), 16384);
     assert_eq!(&bytes[..11], b"synced page");
     assert_eq!(&bytes[12288..12300], b"after mremap");
@@ -1213,14 +1202,7 @@ fn synced_writes_survive_a_power_loss() {
         commit_interval: None,
     };
     drop(iris_store::Store::open(&v.0, &reboot).expect("reopen after the power loss"));
-    let cat = |path: &str| {
-        Command::new(IRIS)
-            .arg("cat")
-            .arg(&v.0)
-            .arg(path)
-            .output()
-            .expect("iris cat")
-    };
+    let cat = |path: &str| v.cat(path);
     for (path, byte) in [("/s", b's'), ("/d", b'd'), ("/f", b'f'), ("/g", b'g')] {
         let got = cat(path);
         assert!(got.status.success(), "{path} lost: {:?}", got);

@@ -6,7 +6,7 @@
 
 use std::cell::Cell;
 
-/// Largest buffer kept for the next call; a larger one is freed after its call.
+/// Largest buffer kept for the next call; a call that needs more gets one of its own.
 const KEEP_MAX: usize = 1 << 20;
 
 thread_local! {
@@ -18,14 +18,16 @@ thread_local! {
 /// Run `f` with a buffer of `len` bytes. Its contents are unspecified (bytes of an earlier
 /// call): `f` must hand out only what it wrote into it.
 pub(crate) fn with<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    if len > KEEP_MAX {
+        // One of its own, and the kept one stays kept.
+        return f(&mut vec![0u8; len]);
+    }
     let mut buf = SPARE.try_with(Cell::take).unwrap_or_default();
     if buf.len() < len {
         buf.resize(len, 0);
     }
     let r = f(&mut buf[..len]);
-    if buf.len() <= KEEP_MAX {
-        let _ = SPARE.try_with(|s| s.set(buf));
-    }
+    let _ = SPARE.try_with(|s| s.set(buf));
     r
 }
 
@@ -48,8 +50,8 @@ mod tests {
             let outer_at = outer.as_ptr() as usize;
             with(64, |inner| assert_ne!(inner.as_ptr() as usize, outer_at));
         });
-        // A buffer larger than kept is not kept.
-        with(KEEP_MAX + 1, |_| ());
-        with(8, |b| assert_eq!(b.len(), 8));
+        // A buffer larger than kept is its own, and the kept one stays.
+        with(KEEP_MAX + 1, |b| assert_ne!(b.as_ptr() as usize, first));
+        with(8, |b| assert_eq!(b.as_ptr() as usize, first));
     }
 }

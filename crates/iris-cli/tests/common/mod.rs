@@ -107,6 +107,27 @@ impl Volume {
             .unwrap_or_else(|| panic!("no used blocks in: {text}"))
     }
 
+    /// `iris cat VOLUME PATH`: the file as the volume holds it, read without the interposer.
+    pub fn cat(&self, path: &str) -> Output {
+        Command::new(IRIS)
+            .arg("cat")
+            .arg(&self.0)
+            .arg(path)
+            .output()
+            .expect("iris cat")
+    }
+
+    /// [`Volume::cat`] that must succeed: the file's bytes.
+    pub fn cat_ok(&self, path: &str) -> Vec<u8> {
+        let out = self.cat(path);
+        assert!(
+            out.status.success(),
+            "iris cat {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
     /// `iris fsck` must pass.
     pub fn fsck_clean(&self) {
         let out = Command::new(IRIS)
