@@ -859,3 +859,143 @@ print(m[0:2], m[4094:4098], m[8190:8192], os.fstat(fd).st_size)
     );
     assert_eq!(out, "b'BB' b'BB'\nb'AA' b'AAAA' b'AA' 8192\n");
 }
+
+/// A Python program that maps `/iris/<name>` shared and writable (created with 4096 bytes if
+/// missing) and writes `text` at its start.
+fn map_and_write(name: &str, text: &str) -> String {
+    format!(
+        r#"python3 -c '
+import mmap, os
+fd = os.open("/iris/{name}", os.O_CREAT | os.O_RDWR, 0o644)
+if os.fstat(fd).st_size == 0:
+    os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:{n}] = b"{text}"
+m.close()
+os.close(fd)
+'"#,
+        n = text.len()
+    )
+}
+
+/// The names of the shadow files of the volume with id `id` in /dev/shm.
+fn shadows_of(id: u64) -> Vec<String> {
+    let prefix = format!("iris-shadow-{id:016x}-");
+    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_rollback_waits_for_the_volume_to_be_unused_and_leaves_no_shadow_of_later_bytes() {
+    // A file mapped shared keeps its bytes in a shadow that outlives the mapping; a rollback
+    // must not leave the snapshot's file served from a shadow holding later bytes.
+    let v = Volume::new("rollback-shadow");
+    v.sh_ok(&map_and_write("f", "old"));
+    let id = v.volume_id();
+    assert_eq!(shadows_of(id).len(), 1, "the mapping made a shadow");
+    let iris = |args: &[&str]| {
+        Command::new(IRIS)
+            .args(args)
+            .arg(&v.0)
+            .arg("s1")
+            .output()
+            .expect("iris snapshot")
+    };
+    assert!(iris(&["snapshot", "create"]).status.success());
+    v.sh_ok(&map_and_write("f", "new"));
+    // Refused while a program has the volume open (its working directory is in it).
+    let mut user = Command::new(IRIS)
+        .args(["run", "--volume"])
+        .arg(&v.0)
+        .args(["--", "sh", "-c", "cd /iris && touch in && sleep 1.5"])
+        .spawn()
+        .expect("spawn a user of the volume");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !v.cat("/in").status.success() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the user never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let busy = iris(&["snapshot", "rollback"]);
+    assert!(
+        !busy.status.success(),
+        "rolled back under a running program"
+    );
+    let why = String::from_utf8_lossy(&busy.stderr);
+    assert!(why.contains("in use by pid"), "{why}");
+    assert!(user.wait().expect("wait").success());
+    assert_eq!(
+        &v.cat_ok("/f")[..3],
+        b"new",
+        "the refused rollback changed nothing"
+    );
+    let done = iris(&["snapshot", "rollback"]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        shadows_of(id).is_empty(),
+        "the rollback left {:?}",
+        shadows_of(id)
+    );
+    assert_eq!(&v.cat_ok("/f")[..3], b"old");
+    assert_eq!(v.sh_ok("head -c 3 /iris/f"), "old");
+    // Mapped again after the rollback: a new shadow, made from the snapshot's bytes.
+    assert_eq!(
+        v.sh_ok(&format!("{} && head -c 3 /iris/f", map_and_write("f", "X"))),
+        "Xld"
+    );
+}
+
+#[test]
+fn shadows_of_a_deleted_volume_are_swept_and_those_of_an_unused_one_stay() {
+    let gone = Volume::new("sweep-gone");
+    let kept = Volume::new("sweep-kept");
+    let other = Volume::new("sweep-other");
+    for v in [&gone, &kept] {
+        v.sh_ok(&format!(
+            "{} && {}",
+            map_and_write("a", "a"),
+            map_and_write("b", "b")
+        ));
+    }
+    let (gone_id, kept_id) = (gone.volume_id(), kept.volume_id());
+    assert_eq!(shadows_of(gone_id).len(), 2);
+    assert_eq!(shadows_of(kept_id).len(), 2);
+    let record = |id: u64| std::path::PathBuf::from(format!("/dev/shm/iris-volume-{id:016x}"));
+    assert!(
+        record(gone_id).exists(),
+        "a process that made a shadow records its volume"
+    );
+    std::fs::remove_file(&gone.0).expect("delete the volume file");
+    // A process of another volume that makes no shadow sweeps nothing (no cost at start-up)...
+    other.sh_ok("echo x > /iris/plain && cat /iris/plain >/dev/null");
+    assert_eq!(shadows_of(gone_id).len(), 2);
+    // ...one that makes its first shadow sweeps the deleted volume's.
+    other.sh_ok(&map_and_write("c", "c"));
+    assert!(shadows_of(gone_id).is_empty(), "{:?}", shadows_of(gone_id));
+    assert!(!record(gone_id).exists());
+    let opens = |id: u64| std::path::PathBuf::from(format!("/dev/shm/iris-opens-{id:016x}"));
+    assert!(!opens(gone_id).exists(), "the table of open files goes too");
+    assert!(opens(kept_id).exists());
+    // The unused volume that still exists keeps its shadows (and their bytes) for its next user.
+    assert_eq!(shadows_of(kept_id).len(), 2);
+    assert!(record(kept_id).exists());
+    assert_eq!(kept.sh_ok("head -c 1 /iris/a; head -c 1 /iris/b"), "ab");
+    // A volume made again at the same path is a new volume: the old id's shadows go.
+    std::fs::remove_file(&kept.0).expect("remove");
+    kept.sh_ok("true");
+    assert_ne!(kept.volume_id(), kept_id);
+    other.sh_ok(&map_and_write("d", "d"));
+    assert!(shadows_of(kept_id).is_empty(), "{:?}", shadows_of(kept_id));
+}

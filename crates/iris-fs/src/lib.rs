@@ -9,6 +9,7 @@ mod cred;
 mod dirent;
 mod errno;
 mod fs;
+pub mod host_files;
 mod inode;
 mod interval;
 mod keys;

@@ -1349,3 +1349,47 @@ fn a_forked_child_forgets_the_ranges_its_parents_threads_held() {
         "the old guard released nothing"
     );
 }
+
+#[test]
+fn a_rebuild_from_the_superblocks_discards_the_volumes_shadows_and_a_join_keeps_them() {
+    use iris_fs::host_files::shadow_path;
+    let sim = Arc::new(SimMedia::new(16 << 20));
+    let opts = CreateOptions {
+        size_limit_bytes: 16 << 20,
+        initial_bytes: 16 << 20,
+        ..CreateOptions::default()
+    };
+    let boot = |n: u128| OpenOptions {
+        boot_id: Some(n),
+        commit_interval: None,
+    };
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("store");
+    let fs = Fs::on_store(store).expect("fs");
+    let id = fs.store().volume_id();
+    fs.sync().expect("commit");
+    let mine = [shadow_path(id, 7), shadow_path(id, 12)];
+    let foreign = shadow_path(id ^ 1, 7);
+    for p in mine.iter().chain([&foreign]) {
+        std::fs::write(p, b"bytes from before").expect("a shadow");
+    }
+    // Another opener in the same boot joins the working state: the shadows serve on.
+    let joined =
+        Fs::on_store(Store::open_on(Box::new(sim.clone()), &boot(1)).expect("join")).expect("fs");
+    assert!(!joined.store().recovered());
+    assert!(mine.iter().all(|p| std::path::Path::new(p).exists()));
+    drop(joined);
+    drop(fs);
+    // After a reboot (or a power loss) the working state is rebuilt from the last commit: this
+    // volume's shadows go, another volume's stay.
+    let rebuilt =
+        Fs::on_store(Store::open_on(Box::new(sim.clone()), &boot(2)).expect("reopen")).expect("fs");
+    assert!(rebuilt.store().recovered());
+    for p in &mine {
+        assert!(
+            !std::path::Path::new(p).exists(),
+            "{p} survived the rebuild"
+        );
+    }
+    assert!(std::path::Path::new(&foreign).exists());
+    std::fs::remove_file(&foreign).expect("clean up");
+}

@@ -15,7 +15,7 @@ mod sim;
 
 pub use error::MediaError;
 pub use latency::LatencyModel;
-pub use lock::{lock_holders, LockMode};
+pub use lock::{lock_holder_pids, lock_holders, LockMode};
 pub use mapped::{MappedMedia, MediaKind};
 pub use mapping::{map_aligned, Mapping, HUGE_PAGE};
 pub use own_fd::OwnFd;

@@ -54,23 +54,34 @@ pub(crate) fn lock(file: &std::fs::File, path: &Path, mode: LockMode) -> Result<
 /// Names the processes holding a lock on `file`, as "pid 12, pid 40", from `/proc/locks`.
 pub fn lock_holders(file: &std::fs::File) -> Option<String> {
     let meta = file.metadata().ok()?;
-    let dev = meta.dev();
-    // /proc/locks prints MAJOR:MINOR:INODE with major and minor in hex.
-    let major = libc::major(dev);
-    let minor = libc::minor(dev);
-    let wanted = format!("{major:02x}:{minor:02x}:{}", meta.ino());
-    let text = std::fs::read_to_string("/proc/locks").ok()?;
-    let me = std::process::id().to_string();
-    let pids: Vec<String> = text
-        .lines()
-        .filter(|l| l.contains(&wanted) && !l.contains("->"))
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|p| *p != me)
-        .map(|p| format!("pid {p}"))
-        .collect();
+    let pids = lock_holder_pids(meta.dev(), meta.ino())?;
     if pids.is_empty() {
         None
     } else {
-        Some(pids.join(", "))
+        Some(
+            pids.iter()
+                .map(|p| format!("pid {p}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
     }
+}
+
+/// The processes other than this one holding a lock on the file with device `dev` and inode
+/// `ino` (also after its last name is gone), from `/proc/locks`; `None` if that cannot be read.
+pub fn lock_holder_pids(dev: u64, ino: u64) -> Option<Vec<u32>> {
+    // /proc/locks prints MAJOR:MINOR:INODE with major and minor in hex.
+    let major = libc::major(dev);
+    let minor = libc::minor(dev);
+    let wanted = format!("{major:02x}:{minor:02x}:{ino}");
+    let text = std::fs::read_to_string("/proc/locks").ok()?;
+    let me = std::process::id();
+    Some(
+        text.lines()
+            .filter(|l| !l.contains("->"))
+            .filter(|l| l.split_whitespace().nth(5) == Some(wanted.as_str()))
+            .filter_map(|l| l.split_whitespace().nth(4)?.parse().ok())
+            .filter(|p| *p != me)
+            .collect(),
+    )
 }

@@ -51,10 +51,10 @@ const WINDOW_BYTES: i64 = 1 << 36;
 const MAX_INO: u64 = 1 << 27;
 
 /// Where the lock files live, and the prefix of every lock file's name (then the kind).
-const LOCK_DIR: &str = "/dev/shm";
+const LOCK_DIR: &str = iris_fs::host_files::DIR;
 const LOCK_PREFIX: &str = "iris-";
-/// The kinds of lock file: record locks and flock emulation.
-const LOCK_KINDS: [&str; 5] = ["locks", "flocks", "owners", "waits", "opens"];
+/// The kinds of lock file: record locks, flock emulation, the table of open files.
+const LOCK_KINDS: [&str; 5] = iris_fs::host_files::TABLE_KINDS;
 
 fn lock_file(kind: &str) -> Option<String> {
     let fs = state::fs()?;

@@ -4,13 +4,16 @@
 //! process then serves read, write, size and truncate of that file from the shadow, so mappings
 //! and read/write stay coherent across processes. The bytes go back into the volume at fsync,
 //! fdatasync and close (then a commit makes them durable); the shadow goes when the file is
-//! unlinked. A shadow lost in a reboot leaves the flag behind: it is cleared on next use and the
-//! last written-back bytes serve.
+//! unlinked, when the volume is rolled back or rebuilt from its superblocks, and when the volume
+//! file is gone (swept by the next process that makes a shadow). A shadow lost in a reboot
+//! leaves the flag behind: it is cleared on next use and the last written-back bytes serve.
 
 use iris_fs::ForkSafeMutex as Mutex;
 use std::ffi::CString;
 
-use iris_fs::{Errno, Fs};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use iris_fs::{host_files, Errno, Fs};
 use iris_media::OwnFd;
 
 use crate::real;
@@ -32,11 +35,24 @@ pub(crate) fn unlock_after_fork() {
 }
 
 fn path(fs: &Fs, ino: u64) -> CString {
-    CString::new(format!(
-        "/dev/shm/iris-shadow-{:016x}-{ino}",
-        fs.store().volume_id()
-    ))
-    .unwrap_or_default()
+    CString::new(host_files::shadow_path(fs.store().volume_id(), ino)).unwrap_or_default()
+}
+
+/// Whether this process recorded its volume and swept the shadows of gone volumes (see
+/// [`before_first_shadow`]).
+static NOTED: AtomicBool = AtomicBool::new(false);
+
+/// Before this process makes its first shadow: record where the volume lives, and remove the
+/// shadows of recorded volumes that are gone (see `iris_fs::host_files`). Once per process:
+/// making shadows is rare, and each shadow is as big as its file.
+fn before_first_shadow(fs: &Fs) {
+    if NOTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _b = crate::state::Busy::enter();
+    let id = fs.store().volume_id();
+    let _ = host_files::note_volume(id, &crate::state::config().volume);
+    host_files::sweep_gone_volumes(id);
 }
 
 fn errno() -> Errno {
@@ -110,6 +126,7 @@ pub(crate) fn open(fs: &Fs, ino: u64, create: bool) -> Result<i32, Errno> {
             let _ = fs.set_shadowed(ino, false);
             return Err(Errno::ENOENT);
         }
+        before_first_shadow(fs);
         // SAFETY: as above, creating exclusively so one process fills it.
         fd = unsafe {
             real::open(

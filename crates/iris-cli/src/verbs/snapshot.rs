@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::failure::{say, stdout_failed, Outcome};
+use iris_media::MediaError;
+use iris_store::{OpenOptions, Store, StoreError};
+
+use crate::failure::{host_failure, say, stdout_failed, Outcome};
 use crate::units::utc_time;
 use crate::volume::{open_store, store_failure};
 
@@ -45,7 +48,8 @@ enum SnapshotAction {
     },
     /// Make snapshot NAME the volume's current state.
     ///
-    /// Changes made since the snapshot was taken are lost; the snapshot itself stays.
+    /// Changes made since the snapshot was taken are lost; the snapshot itself stays. No
+    /// program may have the volume open meanwhile.
     Rollback {
         /// The volume.
         volume: PathBuf,
@@ -110,10 +114,23 @@ pub fn run(args: SnapshotArgs) -> Outcome {
             say(&format!("deleted snapshot {name}"))?;
         }
         SnapshotAction::Rollback { volume, name } => {
-            let store = open_store(&volume)?;
+            // Alone: running programs would find their open files changed or gone under them
+            // (a mounted file system is not rolled back either).
+            std::fs::metadata(&volume).map_err(|e| host_failure(&volume, &e))?;
+            let store = Store::open_alone(&volume, &OpenOptions::default()).map_err(|e| {
+                let why = store_failure(&volume, &e);
+                match e {
+                    StoreError::Media(MediaError::InUse { .. }) => {
+                        format!("{why}; end the programs using it, then roll back")
+                    }
+                    _ => why,
+                }
+            })?;
             store
                 .snapshot_rollback(&name)
                 .map_err(|e| store_failure(&volume, &e))?;
+            // The shadows of mapped files hold the bytes from before.
+            iris_fs::host_files::discard_shadows(store.volume_id());
             say(&format!("rolled back to snapshot {name}"))?;
         }
     }

@@ -128,6 +128,12 @@ impl Volume {
         out.stdout
     }
 
+    /// The volume's id (superblock A, bytes 48..56), which names its files in /dev/shm.
+    pub fn volume_id(&self) -> u64 {
+        let bytes = std::fs::read(&self.0).expect("read the volume file");
+        u64::from_le_bytes(bytes[48..56].try_into().expect("8 bytes"))
+    }
+
     /// `iris fsck` must pass.
     pub fn fsck_clean(&self) {
         let out = Command::new(IRIS)
@@ -171,7 +177,7 @@ impl Drop for Volume {
         if let Ok(bytes) = std::fs::read(&self.0).map(|b| b.get(48..56).map(<[u8]>::to_vec)) {
             if let Some(id) = bytes.and_then(|b| <[u8; 8]>::try_from(b).ok()) {
                 let id = u64::from_le_bytes(id);
-                for kind in ["locks", "flocks", "owners", "waits", "opens"] {
+                for kind in ["locks", "flocks", "owners", "waits", "opens", "volume"] {
                     let _ = std::fs::remove_file(format!("/dev/shm/iris-{kind}-{id:016x}"));
                 }
                 let shadows = format!("iris-shadow-{id:016x}-");

@@ -303,6 +303,11 @@ impl Fs {
                 store.commit().map_err(store_err)?;
             }
         }
+        if store.recovered() {
+            // Rebuilt from the last commit: a shadow left from before may hold bytes newer
+            // than it, or name by its inode number another file now.
+            crate::host_files::discard_shadows(store.volume_id());
+        }
         let opens = Opens::open(store.volume_id());
         // After a crash no process holds the orphans open any more; else an orphan whose
         // holders all ended without closing it (killed, or exited with it open) is held by

@@ -130,6 +130,11 @@ fn read_superblocks_raw(region: &Region, backed: u64) -> Result<Superblock> {
 
 /// Read a volume file's geometry (block size, size limit) before mapping it.
 fn peek_geometry(path: &Path) -> Result<(u32, u64)> {
+    peek_superblock(path).map(|sb| (sb.block_size, sb.max_blocks))
+}
+
+/// The newest valid superblock of a volume file, read without mapping it.
+fn peek_superblock(path: &Path) -> Result<Superblock> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(path).map_err(|source| MediaError::Io {
         op: "open",
@@ -167,14 +172,12 @@ fn peek_geometry(path: &Path) -> Result<(u32, u64)> {
         head[..n].copy_from_slice(&a[..n]);
         let got = read_at(&mut head[bs as usize..], bs)?;
         let region = Region::new(head.as_mut_ptr(), head.len() as u64);
-        let sb = read_superblocks_raw(&region, bs + got as u64)?;
-        return Ok((sb.block_size, sb.max_blocks));
+        return read_superblocks_raw(&region, bs + got as u64);
     }
     let mut head = vec![0u8; 2 * MAX_BLOCK_SIZE as usize];
     let n = read_at(&mut head, 0)?;
     let region = Region::new(head.as_mut_ptr(), head.len() as u64);
-    let sb = read_superblocks_raw(&region, n as u64)?;
-    Ok((sb.block_size, sb.max_blocks))
+    read_superblocks_raw(&region, n as u64)
 }
 
 /// A start for a rebuilt header's shape sequence that no earlier life of it used.
@@ -254,6 +257,22 @@ impl Store {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Open the volume at `path` for this opener only, as offline work needs it (a rollback
+    /// under running programs would pull their files from under them): `InUse`, naming the
+    /// processes that have it open, if any does. Held so until the store is dropped.
+    pub fn open_alone(path: &Path, opts: &OpenOptions) -> Result<Store> {
+        let (block_size, max_blocks) = peek_geometry(path)?;
+        let map_len = max_blocks * u64::from(block_size);
+        let media = MappedMedia::open(path, false, LockMode::Exclusive, map_len, 0)?;
+        Store::open_on(Box::new(media), opts)
+    }
+
+    /// The id of the volume file at `path` (see [`Store::volume_id`]), from its newest valid
+    /// superblock, without opening the volume.
+    pub fn peek_volume_id(path: &Path) -> Result<u64> {
+        peek_superblock(path).map(|sb| sb.volume_id)
     }
 
     /// Format `media` as an empty volume.
