@@ -1123,7 +1123,10 @@ fn children_start_in_the_iris_directory_a_program_changed_into_itself() {
     let v = Volume::new("cwdspawn");
     let bin = Program::build("cwd_across_spawn", &[]);
     let stdout = v.sh_ok(&format!("cd / && timeout 60 {}", bin.0));
-    assert_eq!(stdout, "relative\nrelative\nrelative\n/iris/sub\n/tmp\n");
+    assert_eq!(
+        stdout,
+        "relative\nrelative\nrelative\n/iris/sub\nrelative\npopen: relative\n/iris/it's\n/tmp\n/tmp\n"
+    );
 }
 
 #[test]

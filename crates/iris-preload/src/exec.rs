@@ -236,27 +236,63 @@ pub unsafe extern "C" fn posix_spawnp(
 /// system: glibc runs the shell through its internal posix_spawn, which Iris does not see; the
 /// shell inherits every fd without close-on-exec (and may leave a background job holding one
 /// after system returns), so the descriptions made so far are never reused (see
-/// `description::FORKS`).
+/// `description::FORKS`). In an Iris working directory the shell is sent there first (see
+/// [`in_iris_cwd`]).
 ///
 /// # Safety
 /// As libc's `system`: `command` is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
+    // SAFETY: the caller's argument: NULL or a NUL-terminated string.
+    let in_cwd = unsafe { in_iris_cwd(command) };
+    let command = in_cwd.as_ref().map_or(command, |c| c.as_ptr());
     crate::description::note_fork();
-    // SAFETY: the caller's argument, forwarded.
+    // SAFETY: the caller's argument, or the same command behind a `cd`, NUL-terminated.
     let r = unsafe { real::system(command) };
     crate::description::note_fork();
     r
 }
 
-/// popen: as [`system`], the child a shell spawned by glibc's internal posix_spawn.
+/// `command` run in this process's working directory when that is in Iris: `cd -- 'DIR' &&
+/// COMMAND`. glibc starts the shells of `system` and `popen` with its internal posix_spawn,
+/// past the interposer's `posix_spawn` and `execve`, so they cannot be given `IRIS_CWD`, and
+/// the kernel's working directory of an Iris directory is not it; the shell's own `cd` is
+/// served by the interposer in the child. `None`: run `command` as it is.
+///
+/// # Safety
+/// `command` is NULL or a NUL-terminated string.
+unsafe fn in_iris_cwd(command: *const c_char) -> Option<CString> {
+    if command.is_null() {
+        return None;
+    }
+    let dir = crate::cwd::iris_cwd_path()?;
+    // SAFETY: non-null and NUL-terminated (the caller's contract).
+    let command = unsafe { std::ffi::CStr::from_ptr(command) }.to_bytes();
+    let mut line = b"cd -- '".to_vec();
+    for &b in &dir {
+        if b == b'\'' {
+            line.extend_from_slice(b"'\\''");
+        } else {
+            line.push(b);
+        }
+    }
+    line.extend_from_slice(b"' && ");
+    line.extend_from_slice(command);
+    CString::new(line).ok()
+}
+
+/// popen: as [`system`], the child a shell spawned by glibc's internal posix_spawn, and run
+/// in an Iris working directory the same way.
 ///
 /// # Safety
 /// As libc's `popen`: both arguments are NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    // SAFETY: the caller's argument: a NUL-terminated string.
+    let in_cwd = unsafe { in_iris_cwd(command) };
+    let command = in_cwd.as_ref().map_or(command, |c| c.as_ptr());
     crate::description::note_fork();
-    // SAFETY: the caller's arguments, forwarded.
+    // SAFETY: the caller's arguments (the command perhaps behind a `cd`), forwarded.
     let r = unsafe { real::popen(command, mode) };
     crate::description::note_fork();
     r

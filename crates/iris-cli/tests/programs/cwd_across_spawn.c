@@ -1,7 +1,7 @@
 /* A program that changes into an Iris directory itself (as `make -C` does) leaves PWD behind:
  * its children must start in that directory all the same, however they are made. Started from
  * "/" (PWD=/). Each child runs `cat rel.txt` (a path relative to the Iris directory) and a
- * shell the child runs does it once more; prints what they print. */
+ * shell the child runs does it once more, and so do system and popen; prints what they print. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <spawn.h>
@@ -45,11 +45,26 @@ int main(void) {
     if (posix_spawnp(&pid, "sh", NULL, NULL, sh, environ) != 0) { perror("posix_spawnp sh"); return 1; }
     wait_for(pid, "a shell's child");
 
+    /* glibc's system and popen start their shells past posix_spawn and execve; a directory
+     * whose name has a quote in it must survive the way there. */
+    if (system("cat rel.txt") != 0) { printf("FAIL system\n"); return 1; }
+    FILE *p = popen("cat rel.txt", "r");
+    char line[64] = "";
+    if (p == NULL || fgets(line, sizeof line, p) == NULL || pclose(p) != 0) {
+        printf("FAIL popen\n");
+        return 1;
+    }
+    printf("popen: %s", line);
+    if (mkdir("/iris/it's", 0755) != 0 || chdir("/iris/it's") != 0) { perror("it's"); return 1; }
+    fflush(stdout);
+    if (system("pwd") != 0) { printf("FAIL system pwd\n"); return 1; }
+
     /* Back out to a host directory: children start there, not in the Iris one. */
     if (chdir("/tmp") != 0) { perror("chdir /tmp"); return 1; }
     fflush(stdout);
     char *pwd[] = {"sh", "-c", "pwd", NULL};
     if (posix_spawnp(&pid, "sh", NULL, NULL, pwd, environ) != 0) { perror("posix_spawnp pwd"); return 1; }
     wait_for(pid, "host directory");
+    if (system("pwd") != 0) { printf("FAIL system in /tmp\n"); return 1; }
     return 0;
 }
