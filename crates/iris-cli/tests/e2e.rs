@@ -1337,3 +1337,35 @@ os.execv(sys.executable, [sys.executable, "-c", after, d, str(a)])
     assert_eq!(v.used_blocks(), before, "both files' blocks are freed");
     v.fsck_clean();
 }
+
+#[test]
+fn programs_stored_in_iris_run_as_the_kernel_runs_them_from_tmpfs() {
+    // Binaries (by relative and absolute path, through PATH past a directory of the same name,
+    // through their fd), scripts (with
+    // an interpreter argument, an interpreter that is itself a script in Iris), what is not
+    // executable, and a Python venv whose bin/python is a symlink to the host's interpreter.
+    let v = Volume::new("launch");
+    v.prints_as_on_tmpfs(
+        "launch",
+        |d| {
+            format!(
+                r#"cd {d} && cp /bin/true t && ./t && echo elf-relative && {d}/t && echo elf-absolute
+printf '#!/bin/sh\necho "script $(basename $0) [$1] [$2]"\n' > s.sh && chmod +x s.sh && ./s.sh a 'b c'
+printf '#!/bin/sh -e\necho "with arg $0 $1"\n' > e.sh && chmod +x e.sh && ./e.sh z
+printf '#!{d}/s.sh x\n' > s2 && chmod +x s2 && ./s2 y
+chmod -x t; ./t 2>/dev/null; echo rc=$?
+mkdir dd; ./dd 2>/dev/null; echo rc=$?
+mkdir bin bin2 bin2/myecho && cp /bin/echo bin/myecho && PATH="{d}/bin2:{d}/bin:$PATH" env myecho via-env
+python3 -m venv --without-pip venv && ./venv/bin/python -c 'import os, sys; print(os.path.basename(sys.prefix))'
+cp /bin/echo t2 && python3 -c '
+import os
+pid = os.posix_spawn("./s.sh", ["s.sh", "spawned"], os.environ)
+os.waitpid(pid, 0)
+os.execve(os.open("t2", os.O_RDONLY), ["echo", "fexecve"], os.environ)
+'
+"#
+            )
+        },
+        "elf-relative\nelf-absolute\nscript s.sh [a] [b c]\nwith arg ./e.sh z\nscript s.sh [x] [./s2]\nrc=126\nrc=126\nvia-env\nvenv\nscript s.sh [spawned] []\nfexecve\n",
+    );
+}

@@ -2,7 +2,8 @@
 //! `execve(path, argv, NULL)`): the new image would then lose `LD_PRELOAD` and the Iris settings
 //! and could no longer see its inherited Iris fds or working directory. Every exec entry point
 //! puts the Iris variables back into the environment it passes on. (glibc's exec* functions call
-//! `execve` internally, past the interposer, so each is interposed.)
+//! `execve` internally, past the interposer, so each is interposed.) A program stored in Iris
+//! is launched the way `launch` says.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{CStr, CString};
@@ -10,6 +11,7 @@ use std::ffi::{CStr, CString};
 use libc::{c_char, c_int, pid_t};
 
 use crate::errno::fail;
+use crate::launch::{self, Launch, Plan};
 use crate::real;
 
 /// Variables that must survive an exec.
@@ -120,12 +122,35 @@ fn current_env() -> *const *const c_char {
     unsafe { environ }
 }
 
+/// The path and arguments the kernel executes for `path` and `argv` (see `launch`), with what
+/// keeps them alive; `Err` with the errno an exec of an Iris program failed with.
+///
+/// # Safety
+/// As execve's arguments.
+unsafe fn launched(
+    path: *const c_char,
+    argv: *const *const c_char,
+) -> Result<(*const c_char, *const *const c_char, Option<Plan>), c_int> {
+    // SAFETY: the caller's arguments.
+    match unsafe { launch::plan(path, argv) } {
+        Launch::AsAsked => Ok((path, argv, None)),
+        Launch::Instead(p) => Ok((p.path.as_ptr(), p.argv(), Some(p))),
+        Launch::Fail(e) => Err(e),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn execve(
     path: *const c_char,
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    // A program stored in Iris, or a relative path from an Iris directory.
+    // SAFETY: the caller's arguments.
+    let (path, argv, _plan) = match unsafe { launched(path, argv) } {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
     // POSIX keeps record locks across exec, and the descriptions with their locks.
     let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
@@ -149,6 +174,15 @@ pub unsafe extern "C" fn execvpe(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    // SAFETY: the caller's file name (checked for NULL).
+    match unsafe { searched(file) } {
+        Searched::Found(path) => {
+            // SAFETY: a path of our own, the caller's arguments.
+            return unsafe { execve(path.as_ptr(), argv, envp) };
+        }
+        Searched::Failed(e) => return fail(e),
+        Searched::ByLibc => {}
+    }
     // POSIX keeps record locks across exec, and the descriptions with their locks.
     let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
@@ -158,6 +192,40 @@ pub unsafe extern "C" fn execvpe(
     // (Only when the exec failed.)
     passed.restore();
     r
+}
+
+/// How a search of `PATH` for a program goes (see `launch::search_path`).
+enum Searched {
+    /// A path with a slash, or a `PATH` with Iris directories: exec this path.
+    Found(CString),
+    /// Nothing to run (errno).
+    Failed(c_int),
+    /// A search of host directories only: libc's, as asked.
+    ByLibc,
+}
+
+/// The search of `PATH` for `file` that an execvp or posix_spawnp makes.
+///
+/// # Safety
+/// `file` is NULL or a NUL-terminated string.
+unsafe fn searched(file: *const c_char) -> Searched {
+    if file.is_null() {
+        return Searched::ByLibc;
+    }
+    // SAFETY: non-null, NUL-terminated (the caller's contract).
+    let name = unsafe { CStr::from_ptr(file) };
+    let bytes = name.to_bytes();
+    if bytes.contains(&b'/') {
+        // A path: executed as it is (and served by Iris when it routes there).
+        return Searched::Found(name.to_owned());
+    }
+    match launch::search_path(bytes) {
+        None => Searched::ByLibc,
+        Some(dirs) => match launch::search(&dirs, bytes) {
+            Ok(p) => Searched::Found(p),
+            Err(e) => Searched::Failed(e),
+        },
+    }
 }
 
 #[no_mangle]
@@ -172,9 +240,18 @@ pub unsafe extern "C" fn fexecve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    if crate::fdtable::is_iris(fd) {
-        // The fd is a description memfd, not the program: executing Iris files is not served.
-        return fail(libc::ENOEXEC);
+    if let Some(f) = crate::fdtable::get(fd) {
+        // The fd is a description memfd, not the program: the program is launched from the
+        // file it names.
+        // SAFETY: the caller's arguments.
+        return match unsafe { launch::plan_inode(fd, f.ino, argv) } {
+            Launch::Instead(p) => {
+                // SAFETY: a plan's path and arguments, NUL-terminated.
+                unsafe { execve(p.path.as_ptr(), p.argv(), envp) }
+            }
+            Launch::Fail(e) => fail(e),
+            Launch::AsAsked => fail(libc::ENOEXEC),
+        };
     }
     // POSIX keeps record locks across exec, and the descriptions with their locks.
     let passed = crate::locks::pass_across_exec(true);
@@ -196,6 +273,12 @@ pub unsafe extern "C" fn posix_spawn(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    // A program stored in Iris, or a relative path from an Iris directory.
+    // SAFETY: the caller's arguments.
+    let (path, argv, _plan) = match unsafe { launched(path, argv.cast()) } {
+        Ok(l) => l,
+        Err(e) => return e,
+    };
     // The child shares the inheritable descriptions: their locks too (not the process's).
     crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);
@@ -204,7 +287,8 @@ pub unsafe extern "C" fn posix_spawn(
     // Its file actions may give the child an inheritable copy of any fd.
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
-    let r = unsafe { real::posix_spawn(pid, path, actions, attr, argv, env.as_ptr().cast()) };
+    let r =
+        unsafe { real::posix_spawn(pid, path, actions, attr, argv.cast(), env.as_ptr().cast()) };
     crate::description::note_fork();
     passed.restore();
     r
@@ -219,6 +303,15 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    // SAFETY: the caller's file name (checked for NULL).
+    match unsafe { searched(file) } {
+        Searched::Found(path) => {
+            // SAFETY: a path of our own, the caller's other arguments.
+            return unsafe { posix_spawn(pid, path.as_ptr(), actions, attr, argv, envp) };
+        }
+        Searched::Failed(e) => return e,
+        Searched::ByLibc => {}
+    }
     // The child shares the inheritable descriptions: their locks too (not the process's).
     crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);

@@ -25,6 +25,7 @@ mod fork;
 mod hazard;
 mod ident;
 mod inherit;
+mod launch;
 mod lock_owners;
 mod locks;
 mod mappings;

@@ -34,6 +34,8 @@ mod path;
 mod read;
 mod write;
 
+pub use path::Resolved;
+
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
 /// Longest name in a directory.

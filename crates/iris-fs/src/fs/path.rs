@@ -33,6 +33,15 @@ fn components(path: &[u8]) -> FsResult<Vec<&[u8]>> {
     Ok(out)
 }
 
+/// Where a path leads (see [`Fs::resolve_or_leave`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// An inode of this file system.
+    Inode(u64),
+    /// Out of it, through a symlink to an absolute host path: that path.
+    Host(Vec<u8>),
+}
+
 impl Fs {
     /// Resolve `path` from directory `start` (absolute paths start at the root). With
     /// `follow_last`, a final symlink is followed.
@@ -43,6 +52,21 @@ impl Fs {
         path: &[u8],
         follow_last: bool,
     ) -> FsResult<u64> {
+        match self.resolve_or_leave(cred, start, path, follow_last)? {
+            Resolved::Inode(ino) => Ok(ino),
+            Resolved::Host(_) => Err(Errno::EXDEV),
+        }
+    }
+
+    /// [`Fs::resolve`], telling where a symlink to an absolute path outside the mount prefix
+    /// leads (the host path, with the components after the symlink appended) instead of EXDEV.
+    pub fn resolve_or_leave(
+        &self,
+        cred: &Cred,
+        start: u64,
+        path: &[u8],
+        follow_last: bool,
+    ) -> FsResult<Resolved> {
         self.store
             .read(|view| Ok(self.resolve_in(view, cred, start, path, follow_last)))
             .map_err(store_err)?
@@ -77,7 +101,7 @@ impl Fs {
         start: u64,
         path: &[u8],
         follow_last: bool,
-    ) -> FsResult<u64> {
+    ) -> FsResult<Resolved> {
         if path.is_empty() {
             return Err(Errno::ENOENT);
         }
@@ -115,7 +139,15 @@ impl Fs {
                         cur = ROOT_INO;
                         &target[p.len()..]
                     } else {
-                        return Err(Errno::EXDEV);
+                        let mut host = target;
+                        while let Some(c) = pending.pop() {
+                            host.push(b'/');
+                            host.extend_from_slice(&c);
+                        }
+                        if trailing_slash {
+                            host.push(b'/');
+                        }
+                        return Ok(Resolved::Host(host));
                     }
                 } else {
                     &target
@@ -132,7 +164,7 @@ impl Fs {
         if trailing_slash && !cur_inode.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        Ok(cur)
+        Ok(Resolved::Inode(cur))
     }
 
     /// Resolve all but the last component: (parent directory, last name). The last name may be

@@ -1,0 +1,348 @@
+//! Running programs stored in Iris. The kernel executes only files it can open, and an Iris path
+//! means nothing to it (nor does a relative path from an Iris working directory), so before an
+//! exec or spawn of a path that routes to Iris, Iris does what the kernel's loaders would:
+//!
+//! - a script (`#!interpreter [arg]`): the interpreter runs with the arguments the kernel would
+//!   give it (interpreter, its optional argument, the script's path as given, then the caller's
+//!   arguments after the first); an interpreter in Iris is launched the same way (at most
+//!   [`MAX_DEPTH`] scripts deep, as Linux allows);
+//! - a binary (ELF): its bytes are copied into a close-on-exec memfd, which the kernel executes
+//!   through `/proc/self/fd/N` (the caller's arguments as they are);
+//! - a symlink out of Iris (a Python venv's `bin/python3`): the host file it leads to, with the
+//!   caller's arguments as they are (so `argv[0]` still names the link, as programs that find
+//!   their installation from it expect).
+//!
+//! The caller's permission to execute is checked as the kernel checks it (an x bit for the
+//! caller; for root, any x bit), on a regular file (EACCES otherwise); a file that is neither a
+//! script nor a binary fails with ENOEXEC (shells then run it as a shell script themselves).
+//! Set-user-ID and set-group-ID bits are not honoured (as on a `nosuid` mount).
+
+use std::ffi::{CStr, CString};
+
+use iris_fs::{Errno, Fs, Resolved};
+use libc::{c_char, c_int};
+
+use crate::real;
+use crate::route::{self, Target};
+use crate::state;
+
+/// Scripts whose interpreter is itself a script, at most (Linux: 4 rewrites of the binary).
+pub(crate) const MAX_DEPTH: u32 = 4;
+/// The longest `#!` line read, as Linux reads it (`BINPRM_BUF_SIZE`).
+const HEAD_BYTES: usize = 256;
+/// Bytes copied at a time into an image.
+const COPY_BYTES: usize = 1 << 20;
+
+/// What an exec of a path runs.
+pub(crate) enum Launch {
+    /// Not a program in Iris: exec it as asked.
+    AsAsked,
+    /// Run this instead.
+    Instead(Plan),
+    /// Fail with this errno.
+    Fail(c_int),
+}
+
+/// A file the kernel can execute, with its arguments.
+pub(crate) struct Plan {
+    /// The path the kernel executes.
+    pub(crate) path: CString,
+    /// Its arguments.
+    argv: Vec<CString>,
+    /// The argument pointers (NULL-terminated), into `argv`.
+    ptrs: Vec<*const c_char>,
+    /// The memfd holding a binary's bytes (named by `path`), closed when the plan is dropped
+    /// (after a failed exec; a successful one closes it, being close-on-exec).
+    image: Option<c_int>,
+}
+
+impl Plan {
+    fn new(path: Vec<u8>, argv: Vec<Vec<u8>>, image: Option<c_int>) -> Result<Plan, c_int> {
+        let path = CString::new(path).map_err(|_| libc::ENOENT)?;
+        let argv: Vec<CString> = argv
+            .into_iter()
+            .map(CString::new)
+            .collect::<Result<_, _>>()
+            .map_err(|_| libc::EINVAL)?;
+        let mut ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        Ok(Plan {
+            path,
+            argv,
+            ptrs,
+            image,
+        })
+    }
+
+    /// The NULL-terminated argument array.
+    pub(crate) fn argv(&self) -> *const *const c_char {
+        debug_assert_eq!(self.ptrs.len(), self.argv.len() + 1);
+        self.ptrs.as_ptr()
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        if let Some(fd) = self.image {
+            // SAFETY: closing the memfd this plan made and owns.
+            unsafe { real::close(fd) };
+        }
+    }
+}
+
+/// The arguments of a NULL-terminated array (none for NULL).
+///
+/// # Safety
+/// `argv` is NULL or a NULL-terminated array of C strings.
+unsafe fn args(argv: *const *const c_char) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    if argv.is_null() {
+        return out;
+    }
+    loop {
+        // SAFETY: per the contract, entries up to the NULL are readable.
+        let p = unsafe { *argv.add(out.len()) };
+        if p.is_null() {
+            return out;
+        }
+        // SAFETY: a C string of the array.
+        out.push(unsafe { CStr::from_ptr(p) }.to_bytes().to_vec());
+    }
+}
+
+/// What an exec of `path` (as given to execve: absolute, or relative to the working directory)
+/// with arguments `argv` runs.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `argv` NULL or a NULL-terminated array of them.
+pub(crate) unsafe fn plan(path: *const c_char, argv: *const *const c_char) -> Launch {
+    // SAFETY: the caller's path.
+    let Target::Iris { start, path: rel } = (unsafe { route::target_at(libc::AT_FDCWD, path) })
+    else {
+        return Launch::AsAsked;
+    };
+    let Some(fs) = state::fs() else {
+        return Launch::Fail(libc::EIO);
+    };
+    // SAFETY: routed to Iris, so non-null and NUL-terminated.
+    let shown = unsafe { CStr::from_ptr(path) }.to_bytes().to_vec();
+    // SAFETY: the caller's arguments.
+    let argv = unsafe { args(argv) };
+    match plan_iris(fs, start, &rel, shown, argv, 0) {
+        Ok(p) => Launch::Instead(p),
+        Err(e) => Launch::Fail(e),
+    }
+}
+
+/// What an exec of the Iris file open as `fd` (inode `ino`) runs (`fexecve`).
+///
+/// # Safety
+/// `argv` is NULL or a NULL-terminated array of C strings.
+pub(crate) unsafe fn plan_inode(fd: c_int, ino: u64, argv: *const *const c_char) -> Launch {
+    let Some(fs) = state::fs() else {
+        return Launch::Fail(libc::EIO);
+    };
+    // SAFETY: the caller's arguments.
+    let argv = unsafe { args(argv) };
+    // A script run through its fd is named by the fd, as Linux names it.
+    let shown = format!("/dev/fd/{fd}").into_bytes();
+    match launch_inode(fs, ino, shown, argv, 0) {
+        Ok(p) => Launch::Instead(p),
+        Err(e) => Launch::Fail(e),
+    }
+}
+
+/// [`plan`] for Iris path `rel` from directory `start`, given by the caller as `shown`.
+fn plan_iris(
+    fs: &Fs,
+    start: u64,
+    rel: &[u8],
+    shown: Vec<u8>,
+    argv: Vec<Vec<u8>>,
+    depth: u32,
+) -> Result<Plan, c_int> {
+    match fs
+        .resolve_or_leave(&state::cred(), start, rel, true)
+        .map_err(|e| e.0)?
+    {
+        Resolved::Host(host) => Plan::new(host, argv, None),
+        Resolved::Inode(ino) => launch_inode(fs, ino, shown, argv, depth),
+    }
+}
+
+/// [`plan`] for Iris inode `ino`, given by the caller as `shown`.
+fn launch_inode(
+    fs: &Fs,
+    ino: u64,
+    shown: Vec<u8>,
+    argv: Vec<Vec<u8>>,
+    depth: u32,
+) -> Result<Plan, c_int> {
+    let inode = fs.getattr(ino).map_err(|e| e.0)?;
+    if !inode.is_file() {
+        return Err(libc::EACCES);
+    }
+    state::cred()
+        .check(&inode, iris_fs::X_OK)
+        .map_err(|e| e.0)?;
+    let mut head = [0u8; HEAD_BYTES];
+    let n = fs.read(ino, 0, &mut head).map_err(|e| e.0)?;
+    let head = &head[..n];
+    if let Some(line) = head.strip_prefix(b"#!") {
+        let (interp, arg) = interpreter_line(line).ok_or(libc::ENOEXEC)?;
+        if depth >= MAX_DEPTH {
+            return Err(libc::ELOOP);
+        }
+        let mut next = vec![interp.clone()];
+        next.extend(arg);
+        next.push(shown);
+        next.extend(argv.into_iter().skip(1));
+        let interp_c = CString::new(interp.clone()).map_err(|_| libc::ENOEXEC)?;
+        // SAFETY: a NUL-terminated string of our own.
+        return match unsafe { route::target_at(libc::AT_FDCWD, interp_c.as_ptr()) } {
+            Target::Iris { start, path } => plan_iris(fs, start, &path, interp, next, depth + 1),
+            Target::Host => Plan::new(interp, next, None),
+        };
+    }
+    if head.starts_with(b"\x7fELF") {
+        let fd = image(fs, ino, inode.size)?;
+        return Plan::new(format!("/proc/self/fd/{fd}").into_bytes(), argv, Some(fd));
+    }
+    Err(libc::ENOEXEC)
+}
+
+/// The interpreter and its optional argument from the rest of a `#!` line, as Linux splits it:
+/// blanks around the interpreter skipped, everything after it up to the line's end (trailing
+/// blanks trimmed) one argument. `None` if the line names no interpreter.
+fn interpreter_line(line: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    let end = line.iter().position(|b| *b == b'\n').unwrap_or(line.len());
+    let line = &line[..end];
+    let start = line.iter().position(|b| !blank(b))?;
+    let line = &line[start..];
+    let line = &line[..line.iter().rposition(|b| !blank(b))? + 1];
+    let split = line.iter().position(blank).unwrap_or(line.len());
+    let interp = line[..split].to_vec();
+    let rest = &line[split..];
+    let arg = rest
+        .iter()
+        .position(|b| !blank(b))
+        .map(|at| rest[at..].to_vec());
+    Some((interp, arg))
+}
+
+/// A close-on-exec memfd holding the `size` bytes of Iris file `ino`.
+fn image(fs: &Fs, ino: u64, size: u64) -> Result<c_int, c_int> {
+    // SAFETY: a NUL-terminated name; memfd_create takes no other memory.
+    let fd = unsafe { libc::memfd_create(c"iris-exec".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    let fill = || -> Result<(), c_int> {
+        let mut buf = vec![0u8; COPY_BYTES.min(size as usize).max(1)];
+        let mut off = 0u64;
+        while off < size {
+            let n = fs.read(ino, off, &mut buf).map_err(|e: Errno| e.0)?;
+            if n == 0 {
+                break;
+            }
+            let mut done = 0;
+            while done < n {
+                // SAFETY: writing from our buffer into our own memfd.
+                let w = unsafe { real::write(fd, buf[done..n].as_ptr().cast(), n - done) };
+                if w < 0 {
+                    return Err(last_errno());
+                }
+                done += w as usize;
+            }
+            off += n as u64;
+        }
+        Ok(())
+    };
+    fill().inspect_err(|_| {
+        // SAFETY: closing the memfd made above.
+        unsafe { real::close(fd) };
+    })?;
+    Ok(fd)
+}
+
+fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The directories of `PATH` as a search for `file` (no slash in it) would visit them, if any
+/// of them is in Iris: then the search must be Iris's (else glibc's, as asked). An empty entry
+/// is the working directory.
+pub(crate) fn search_path(file: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let path = std::env::var_os("PATH")
+        .map(|p| p.into_encoded_bytes())
+        .unwrap_or_else(|| b"/bin:/usr/bin".to_vec());
+    let dirs: Vec<Vec<u8>> = path.split(|b| *b == b':').map(<[u8]>::to_vec).collect();
+    let in_iris = dirs.iter().any(|d| {
+        if d.first() == Some(&b'/') {
+            route::strip_prefix(d).is_some()
+        } else {
+            crate::cwd::iris_cwd().is_some()
+        }
+    });
+    (in_iris && !file.is_empty()).then_some(dirs)
+}
+
+/// The first `dir/file` of `dirs` (see [`search_path`]) that exists as a file, as the path to
+/// exec; ENOENT if none does, EACCES if one was there but not executable.
+pub(crate) fn search(dirs: &[Vec<u8>], file: &[u8]) -> Result<CString, c_int> {
+    let mut denied = false;
+    for dir in dirs {
+        let mut cand = if dir.is_empty() {
+            b".".to_vec()
+        } else {
+            dir.clone()
+        };
+        cand.push(b'/');
+        cand.extend_from_slice(file);
+        let Ok(c) = CString::new(cand) else { continue };
+        // SAFETY: a NUL-terminated path; the interposed access serves Iris and host paths.
+        if unsafe { crate::calls::access(c.as_ptr(), libc::X_OK) } == 0 {
+            if !is_dir(&c) {
+                return Ok(c);
+            }
+            denied = true; // as an exec of it would: EACCES, and the search goes on
+            continue;
+        }
+        denied |= last_errno() == libc::EACCES;
+    }
+    Err(if denied { libc::EACCES } else { libc::ENOENT })
+}
+
+/// Whether `path` names a directory (through the interposed statx: Iris and host paths).
+fn is_dir(path: &CStr) -> bool {
+    // SAFETY: all-zero is a valid statx, which the call fills.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live buffer.
+    let rc =
+        unsafe { crate::calls::statx(libc::AT_FDCWD, path.as_ptr(), 0, libc::STATX_TYPE, &mut st) };
+    rc == 0 && u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interpreter_line;
+
+    #[test]
+    fn interpreter_lines_split_as_linux_splits_them() {
+        let v = |s: &str| s.as_bytes().to_vec();
+        assert_eq!(interpreter_line(b"/bin/sh\n"), Some((v("/bin/sh"), None)));
+        assert_eq!(
+            interpreter_line(b" /usr/bin/env  python3 -u \nprint()"),
+            Some((v("/usr/bin/env"), Some(v("python3 -u"))))
+        );
+        assert_eq!(
+            interpreter_line(b"/bin/sh\t-e"),
+            Some((v("/bin/sh"), Some(v("-e"))))
+        );
+        assert_eq!(interpreter_line(b"   \n/bin/sh"), None);
+        assert_eq!(interpreter_line(b""), None);
+    }
+}
