@@ -1369,3 +1369,34 @@ os.execve(os.open("t2", os.O_RDONLY), ["echo", "fexecve"], os.environ)
         "elf-relative\nelf-absolute\nscript s.sh [a] [b c]\nwith arg ./e.sh z\nscript s.sh [x] [./s2]\nrc=126\nrc=126\nvia-env\nvenv\nscript s.sh [spawned] []\nfexecve\n",
     );
 }
+
+#[test]
+fn posix_fallocate_says_enospc_when_the_volume_has_no_room_for_the_holes() {
+    let v = Volume::new("fallocate-room");
+    let made = Command::new(IRIS)
+        .args(["mkfs", "--size", "64M"])
+        .arg(&v.0)
+        .output()
+        .expect("mkfs");
+    assert!(made.status.success());
+    let out = v.sh_ok(
+        r#"python3 -c '
+import os
+fd = os.open("/iris/f", os.O_CREAT | os.O_RDWR, 0o644)
+def room(off, n):
+    try:
+        os.posix_fallocate(fd, off, n)
+        return "ok"
+    except OSError as e:
+        return os.strerror(e.errno)
+print(room(0, 1 << 30), os.fstat(fd).st_size)
+print(room(0, 8 << 20), os.fstat(fd).st_size)
+os.pwrite(fd, b"x" * (40 << 20), 0)
+print(room(0, 40 << 20), room(40 << 20, 40 << 20), os.fstat(fd).st_size)
+'"#,
+    );
+    assert_eq!(
+        out,
+        "No space left on device 0\nok 8388608\nok No space left on device 41943040\n"
+    );
+}

@@ -1792,8 +1792,10 @@ pub unsafe extern "C" fn posix_fadvise64(
     unsafe { real::posix_fadvise64(fd, off, len, advice) }
 }
 
-/// fallocate on an Iris file: mode 0 extends the size (copy-on-write allocates at write time);
-/// KEEP_SIZE does nothing; other modes are not supported yet.
+/// fallocate on an Iris file: mode 0 checks that the volume has room for the range's holes
+/// (ENOSPC if not, see `Fs::check_room`) and extends the size (copy-on-write allocates at write
+/// time); with KEEP_SIZE only the check; PUNCH_HOLE (with KEEP_SIZE) and ZERO_RANGE as Linux
+/// does them; other modes EOPNOTSUPP.
 fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<(), Errno> {
     if off < 0 || len <= 0 {
         return Err(Errno::EINVAL);
@@ -1807,8 +1809,9 @@ fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<()
     let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
     match mode & !libc::FALLOC_FL_KEEP_SIZE {
         0 => {
-            // Copy-on-write allocates at write time; only the size changes.
-            let end = off + len;
+            // Copy-on-write allocates at write time: the room is checked, the size changes.
+            let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+            fs.check_room(file.ino, off, len)?;
             if !keep && fs.getattr(file.ino)?.size < end {
                 fs.truncate(file.ino, end)?;
             }

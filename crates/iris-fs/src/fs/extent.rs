@@ -143,6 +143,36 @@ impl Fs {
         })
     }
 
+    /// Whether the volume has room for the blocks that writing `[off, off + len)` of file
+    /// `ino` would add (its holes there, and what lies past its end): ENOSPC if not. What
+    /// `posix_fallocate` promises, as far as a copy-on-write volume can: checked now, not set
+    /// aside (a later overwrite takes new blocks too, and other writers may take the room).
+    pub fn check_room(&self, ino: u64, off: u64, len: u64) -> FsResult<()> {
+        let end = off.saturating_add(len);
+        let size = self.getattr(ino)?.size;
+        let mut held = 0u64;
+        let mut pos = off;
+        while pos < end.min(size) {
+            let data = match self.seek_data(ino, pos, true) {
+                Ok(d) if d < end => d,
+                Ok(_) | Err(Errno::ENXIO) => break,
+                Err(e) => return Err(e),
+            };
+            let hole = match self.seek_data(ino, data, false) {
+                Ok(h) => h,
+                Err(Errno::ENXIO) => size,
+                Err(e) => return Err(e),
+            };
+            held += hole.min(end) - data;
+            pos = hole;
+        }
+        let need = (end - off - held.min(end - off)).div_ceil(self.block_size);
+        if need > self.statfs()?.blocks_avail {
+            return Err(Errno::ENOSPC);
+        }
+        Ok(())
+    }
+
     /// The first offset at or after `off` holding data (`data` true, SEEK_DATA) or a hole
     /// (SEEK_HOLE; the end of file counts as a hole). ENXIO past the end.
     pub fn seek_data(&self, ino: u64, off: u64, data: bool) -> FsResult<u64> {
