@@ -1400,3 +1400,29 @@ print(room(0, 40 << 20), room(40 << 20, 40 << 20), os.fstat(fd).st_size)
         "No space left on device 0\nok 8388608\nok No space left on device 41943040\n"
     );
 }
+
+#[test]
+fn symlinks_out_of_iris_lead_to_the_host_files_they_name_as_on_tmpfs() {
+    // A Python venv's bin/python is a symlink to the host's interpreter: `which`, `test -x`,
+    // `ls -L` and the shell's PATH search must see it, or an activated venv runs another python.
+    let v = Volume::new("escape");
+    let host = format!("/tmp/iris-escape-{}", std::process::id());
+    v.prints_as_on_tmpfs(
+        "escape",
+        |d| {
+            format!(
+                r#"cd {d} && ln -s /usr/include inc && head -c 2 inc/stdio.h && echo && ls inc/stdio.h
+stat -L -c %F inc/stdio.h && test -r inc/stdio.h && echo readable
+python3 -c 'import os; print("stdio.h" in os.listdir("inc"))'
+cd inc && pwd -P && cd {d}
+python3 -m venv --without-pip venv && . venv/bin/activate
+[ "$(command -v python)" = "{d}/venv/bin/python" ] && echo venv-python-found
+test -x venv/bin/python && ls -lL venv/bin/python | cut -c1-10
+python -c 'import os, sys; print(os.path.basename(sys.prefix))'
+ln -s {host} out && echo made > out && cat {host} && rm {host}
+"#
+            )
+        },
+        "/*\ninc/stdio.h\nregular file\nreadable\nTrue\n/usr/include\nvenv-python-found\n-rwxr-xr-x\nvenv\nmade\n",
+    );
+}

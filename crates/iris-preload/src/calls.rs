@@ -42,15 +42,24 @@ fn iris_open(dirfd: c_int, start: u64, path: &[u8], flags: c_int, mode: mode_t) 
             .and_then(|dir| fs.create_unnamed(&c, dir, mode & !umask_now() & 0o7777))
     } else {
         // The mask matters only to a file this open may create (two system calls).
-        let mode = if flags & libc::O_CREAT != 0 {
+        let masked = if flags & libc::O_CREAT != 0 {
             mode & !umask_now() & 0o7777
         } else {
             0
         };
-        fs.open(&cred(), start, path, flags, mode)
+        fs.open(&cred(), start, path, flags, masked)
     };
     let inode = match opened {
         Ok(i) => i,
+        Err(Errno::EXDEV) => {
+            // Through a symlink out of Iris: the host file (the kernel applies the umask).
+            let follow = flags & libc::O_NOFOLLOW == 0;
+            return match crate::route::left_for_host(start, path, follow) {
+                // SAFETY: a NUL-terminated path of our own, the caller's flags and mode.
+                Some(host) => host_open(|| unsafe { real::open(host.as_ptr(), flags, mode) }),
+                None => fail(libc::EXDEV),
+            };
+        }
         Err(e) => return fail(e.0),
     };
     // A directory's path is normalised (fchdir makes it the working directory); a file's is
@@ -869,6 +878,13 @@ fn stat_path(start: u64, path: &[u8], follow: bool, st: *mut libc::stat) -> c_in
             unsafe { fill_stat(st, &i, fs) };
             0
         }
+        Err(Errno::EXDEV) => match crate::route::left_for_host(start, path, follow) {
+            // SAFETY: a NUL-terminated path of our own and the caller's buffer.
+            Some(host) if follow => unsafe { real::stat(host.as_ptr(), st) },
+            // SAFETY: as above.
+            Some(host) => unsafe { real::lstat(host.as_ptr(), st) },
+            None => fail(libc::EXDEV),
+        },
         Err(e) => fail(e.0),
     }
 }
@@ -1113,12 +1129,18 @@ fn path_op(f: impl FnOnce(&Fs) -> Result<(), Errno>) -> c_int {
 }
 
 fn access_iris(start: u64, path: &[u8], mode: c_int, flags: c_int) -> c_int {
-    path_op(|fs| {
-        let c = cred();
-        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
-        let ino = fs.resolve(&c, start, path, follow)?;
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+    let r = path_op(|fs| {
+        let ino = fs.resolve(&cred(), start, path, follow)?;
         access_ino(fs, ino, mode)
-    })
+    });
+    if r != 0 && crate::errno::get() == libc::EXDEV {
+        if let Some(host) = crate::route::left_for_host(start, path, follow) {
+            // SAFETY: a NUL-terminated path of our own; the caller's mode and flags.
+            return unsafe { real::faccessat(libc::AT_FDCWD, host.as_ptr(), mode, flags) };
+        }
+    }
+    r
 }
 
 /// The permission check of `access` (mode `R_OK | W_OK | X_OK`, or `F_OK`) on inode `ino`.

@@ -150,6 +150,19 @@ fn chdir_iris(start: u64, path: &[u8], abs: Vec<u8>) -> c_int {
     });
     match r {
         Ok(ino) => enter(ino, abs),
+        Err(iris_fs::Errno::EXDEV) => match crate::route::left_for_host(start, path, true) {
+            // Through a symlink out of Iris: the host directory it names.
+            Some(host) => {
+                // SAFETY: a NUL-terminated path of our own.
+                let r = unsafe { real::chdir(host.as_ptr()) };
+                if r == 0 {
+                    leave();
+                    *HOST_CWD.lock() = None;
+                }
+                r
+            }
+            None => fail(libc::EXDEV),
+        },
         Err(e) => fail(e.0),
     }
 }

@@ -100,6 +100,11 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
             if fd < 0 {
                 return std::ptr::null_mut();
             }
+            if !crate::fdtable::is_iris(fd) {
+                // A host directory, through a symlink out of Iris.
+                // SAFETY: our own fd, which the stream takes over.
+                return unsafe { fdopendir(fd) };
+            }
             let d = new_stream(fd);
             if d.is_null() {
                 // SAFETY: our fd.

@@ -1,9 +1,9 @@
 //! Deciding who serves a path: Iris (under a mount prefix, or relative to an Iris directory fd)
 //! or the kernel. The common case, a host path, costs one prefix comparison and no allocation.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 
-use iris_fs::ROOT_INO;
+use iris_fs::{Resolved, ROOT_INO};
 use libc::{c_char, c_int};
 
 use crate::fdtable;
@@ -61,6 +61,22 @@ fn tidy(path: &[u8]) -> Option<Vec<u8>> {
         out.push(b'/');
     }
     Some(out)
+}
+
+/// The host path that Iris path `path` (from directory `start`) leads to through a symlink to
+/// an absolute path outside the mount prefix (a Python venv's `bin/python` ->
+/// `/usr/bin/python3`, `inc` -> `/usr/include` in `inc/stdio.h`), for a call on it that failed
+/// with EXDEV, which the file system answers for such a path: the call is then made on the host
+/// path (by libc). `None` if the path does not lead out.
+pub(crate) fn left_for_host(start: u64, path: &[u8], follow_last: bool) -> Option<CString> {
+    let fs = state::fs()?;
+    match fs
+        .resolve_or_leave(&state::cred(), start, path, follow_last)
+        .ok()?
+    {
+        Resolved::Host(host) => CString::new(host).ok(),
+        Resolved::Inode(_) => None,
+    }
 }
 
 /// Classify `path` given relative to `dirfd` (AT_FDCWD for the working directory).

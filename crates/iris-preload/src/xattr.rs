@@ -112,6 +112,15 @@ unsafe fn remove(s: Subject, name: *const c_char) -> c_int {
     }
 }
 
+/// The host path an Iris call on `path` should be made on instead, when it `failed` with EXDEV
+/// (see `route::left_for_host`).
+fn left_after(failed: bool, start: u64, path: &[u8], follow: bool) -> Option<std::ffi::CString> {
+    if !failed || crate::errno::get() != libc::EXDEV {
+        return None;
+    }
+    crate::route::left_for_host(start, path, follow)
+}
+
 macro_rules! path_fns {
     ($get:ident, $set:ident, $list:ident, $remove:ident, $follow:expr) => {
         #[no_mangle]
@@ -125,7 +134,12 @@ macro_rules! path_fns {
             unsafe {
                 match target(p) {
                     Target::Iris { start, path } => {
-                        get(Subject::Path(start, path, $follow), n, v, s)
+                        let r = get(Subject::Path(start, path.clone(), $follow), n, v, s);
+                        // Through a symlink out of Iris: the host file's.
+                        match left_after(r < 0, start, &path, $follow) {
+                            Some(host) => real::$get(host.as_ptr(), n, v, s),
+                            None => r,
+                        }
                     }
                     Target::Host => real::$get(p, n, v, s),
                 }
@@ -154,7 +168,13 @@ macro_rules! path_fns {
             // SAFETY: caller's arguments.
             unsafe {
                 match target(p) {
-                    Target::Iris { start, path } => list(Subject::Path(start, path, $follow), l, s),
+                    Target::Iris { start, path } => {
+                        let r = list(Subject::Path(start, path.clone(), $follow), l, s);
+                        match left_after(r < 0, start, &path, $follow) {
+                            Some(host) => real::$list(host.as_ptr(), l, s),
+                            None => r,
+                        }
+                    }
                     Target::Host => real::$list(p, l, s),
                 }
             }
