@@ -170,6 +170,7 @@ fn ops() -> Vec<Op> {
         Op::Open(c | libc::O_WRONLY),
         Op::Open(c | libc::O_EXCL | libc::O_WRONLY),
         Op::Open(libc::O_WRONLY | libc::O_TRUNC),
+        Op::Open(libc::O_RDONLY | libc::O_TRUNC),
         Op::Mkdir,
         Op::Rmdir,
         Op::Unlink,

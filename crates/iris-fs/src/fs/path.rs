@@ -356,18 +356,21 @@ impl Fs {
         if flags & libc::O_DIRECTORY != 0 && !inode.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        if inode.is_dir() && want_write {
+        // O_TRUNC asks for write permission whatever the access mode, and truncates even a
+        // read-only open (as Linux does; POSIX leaves O_RDONLY | O_TRUNC unspecified).
+        let trunc = flags & libc::O_TRUNC != 0;
+        if inode.is_dir() && (want_write || trunc) {
             return Err(Errno::EISDIR);
         }
         let mut mask = 0;
         if acc == libc::O_RDONLY || acc == libc::O_RDWR {
             mask |= crate::cred::R_OK;
         }
-        if want_write {
+        if want_write || trunc {
             mask |= W_OK;
         }
         cred.check(&inode, mask)?;
-        if flags & libc::O_TRUNC != 0 && want_write && inode.is_file() && inode.size > 0 {
+        if trunc && inode.is_file() && inode.size > 0 {
             self.truncate(ino, 0)?;
             return self.getattr(ino);
         }
