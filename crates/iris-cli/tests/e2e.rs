@@ -1426,3 +1426,31 @@ ln -s {host} out && echo made > out && cat {host} && rm {host}
         "/*\ninc/stdio.h\nregular file\nreadable\nTrue\n/usr/include\nvenv-python-found\n-rwxr-xr-x\nvenv\nmade\n",
     );
 }
+
+#[test]
+fn mknod_makes_regular_files_in_iris_and_refuses_fifos_without_touching_the_host() {
+    // mknod and mkfifo went to the kernel: a relative name from an Iris directory made the
+    // FIFO in the kernel's working directory (the host's /).
+    let v = Volume::new("mknod");
+    let out = v.sh_ok(
+        r#"mkdir /iris/d && cd /iris/d && python3 -c '
+import errno, os, stat
+def try_(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+os.umask(0o022)
+print(try_(lambda: os.mknod("r", 0o666 | stat.S_IFREG)), oct(os.stat("r").st_mode))
+print(try_(lambda: os.mknod("r0", 0o640)), stat.S_ISREG(os.stat("r0").st_mode))
+print(try_(lambda: os.mkfifo("p")), try_(lambda: os.mkfifo("r")), try_(lambda: os.mkfifo("no/p")))
+print(try_(lambda: os.mknod("/iris/d/c", 0o600 | stat.S_IFCHR, os.makedev(1, 3))))
+print(os.path.exists("/proc/self/cwd/p"), sorted(os.listdir(".")))
+'"#,
+    );
+    assert_eq!(
+        out,
+        "ok 0o100644\nok True\nEPERM EEXIST ENOENT\nEPERM\nFalse ['r', 'r0']\n"
+    );
+}

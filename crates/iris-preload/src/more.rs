@@ -1,5 +1,5 @@
 //! The `*at` variants not covered in `calls`, the old time setters, temporary files, statfs,
-//! sync calls, flock and close_range.
+//! sync calls, flock, close_range and mknod/mkfifo.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::CStr;
@@ -794,6 +794,63 @@ pub unsafe extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_
     }
     // SAFETY: forwarding.
     unsafe { real::readahead(fd, off, n) }
+}
+
+/// mknod on an Iris path: a regular file (type 0 or `S_IFREG`) is made empty, as an exclusive
+/// create makes it; special files (FIFOs, devices, sockets) are not served: EPERM, as Linux
+/// answers on a file system without them (EEXIST first if the name is taken).
+fn mknod_iris(start: u64, path: &[u8], mode: mode_t) -> c_int {
+    op(|fs| {
+        let c = cred();
+        let kind = mode & libc::S_IFMT;
+        if kind == 0 || kind == libc::S_IFREG {
+            let perm = mode & !crate::ident::umask_now() & 0o7777;
+            let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+            return fs.open(&c, start, path, flags, perm).map(|_| ());
+        }
+        match fs.resolve(&c, start, path, false) {
+            Ok(_) => Err(Errno::EEXIST),
+            Err(Errno::ENOENT) => {
+                // The parent must be there (ENOENT for a missing one, as for any create).
+                fs.resolve_parent(&c, start, path)?;
+                Err(Errno::EPERM)
+            }
+            Err(e) => Err(e),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mknodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: libc::dev_t,
+) -> c_int {
+    // SAFETY: caller's path.
+    match unsafe { target_at(dirfd, path) } {
+        Target::Iris { start, path } => mknod_iris(start, &path, mode),
+        // SAFETY: forwarding.
+        Target::Host => unsafe { real::mknodat(dirfd, path, mode, dev) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
+    // SAFETY: as mknodat from the working directory (glibc's mknod is that call).
+    unsafe { mknodat(libc::AT_FDCWD, path, mode, dev) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: as mknodat of a FIFO (glibc's mkfifoat is that call).
+    unsafe { mknodat(dirfd, path, (mode & 0o7777) | libc::S_IFIFO, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: as mkfifoat from the working directory.
+    unsafe { mkfifoat(libc::AT_FDCWD, path, mode) }
 }
 
 #[cfg(test)]

@@ -300,6 +300,12 @@ real_fn!(
 );
 real_fn!(unlink, "unlink", fn(p: *const c_char) -> c_int, -1);
 real_fn!(
+    mknodat,
+    "mknodat",
+    fn(d: c_int, p: *const c_char, m: mode_t, dev: libc::dev_t) -> c_int,
+    -1
+);
+real_fn!(
     unlinkat,
     "unlinkat",
     fn(d: c_int, p: *const c_char, f: c_int) -> c_int,
