@@ -1454,3 +1454,22 @@ print(os.path.exists("/proc/self/cwd/p"), sorted(os.listdir(".")))
         "ok 0o100644\nok True\nEPERM EEXIST ENOENT\nEPERM\nFalse ['r', 'r0']\n"
     );
 }
+
+#[test]
+fn libc_functions_built_on_internal_calls_answer_for_iris_paths_as_for_tmpfs() {
+    // remove, canonicalize_file_name, pathconf, glob, nftw and ftw call glibc's internal
+    // unlink, realpath, statfs, opendir and stat: the kernel answered for Iris paths (ENOENT).
+    let v = Volume::new("libcpaths");
+    let bin = Program::build("libc_paths", &[]);
+    let kernel_dir = format!("/dev/shm/iris-libcpaths-host-{}", std::process::id());
+    std::fs::create_dir_all(&kernel_dir).expect("host dir");
+    let kernel = Command::new(&bin.0)
+        .arg(&kernel_dir)
+        .output()
+        .expect("run on tmpfs");
+    std::fs::remove_dir_all(&kernel_dir).ok();
+    let kernel = String::from_utf8_lossy(&kernel.stdout).into_owned();
+    assert!(kernel.contains("glob nested 0: /t/d/e.txt"), "{kernel}");
+    let iris = v.sh_ok(&format!("mkdir /iris/d && {} /iris/d", bin.0));
+    assert_eq!(iris, kernel);
+}

@@ -26,6 +26,7 @@ mod hazard;
 mod ident;
 mod inherit;
 mod launch;
+mod libc_paths;
 mod lock_owners;
 mod locks;
 mod mappings;

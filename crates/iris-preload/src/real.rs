@@ -1067,3 +1067,55 @@ real_fn!(setfsuid, "setfsuid", fn(uid: libc::uid_t) -> c_int, -1);
 real_fn!(setfsgid, "setfsgid", fn(gid: libc::gid_t) -> c_int, -1);
 real_fn!(unshare, "unshare", fn(flags: c_int) -> c_int, -1);
 real_fn!(setns, "setns", fn(fd: c_int, kind: c_int) -> c_int, -1);
+real_fn!(
+    pathconf,
+    "pathconf",
+    fn(p: *const c_char, n: c_int) -> libc::c_long,
+    -1
+);
+real_fn!(
+    glob,
+    "glob",
+    fn(
+        p: *const c_char,
+        f: c_int,
+        e: Option<unsafe extern "C" fn(*const c_char, c_int) -> c_int>,
+        g: *mut crate::libc_paths::GlobT,
+    ) -> c_int,
+    libc::GLOB_NOSPACE
+);
+real_fn!(
+    glob64,
+    "glob64",
+    fn(
+        p: *const c_char,
+        f: c_int,
+        e: Option<unsafe extern "C" fn(*const c_char, c_int) -> c_int>,
+        g: *mut crate::libc_paths::GlobT,
+    ) -> c_int,
+    libc::GLOB_NOSPACE
+);
+real_fn!(
+    nftw,
+    "nftw",
+    fn(p: *const c_char, f: crate::libc_paths::NftwFn, n: c_int, fl: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    nftw64,
+    "nftw64",
+    fn(p: *const c_char, f: crate::libc_paths::NftwFn, n: c_int, fl: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    ftw,
+    "ftw",
+    fn(p: *const c_char, f: crate::libc_paths::FtwFn, n: c_int) -> c_int,
+    -1
+);
+real_fn!(
+    ftw64,
+    "ftw64",
+    fn(p: *const c_char, f: crate::libc_paths::FtwFn, n: c_int) -> c_int,
+    -1
+);
