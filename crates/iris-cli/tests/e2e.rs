@@ -1473,3 +1473,46 @@ fn libc_functions_built_on_internal_calls_answer_for_iris_paths_as_for_tmpfs() {
     let iris = v.sh_ok(&format!("mkdir /iris/d && {} /iris/d", bin.0));
     assert_eq!(iris, kernel);
 }
+
+#[test]
+fn shared_libraries_stored_in_iris_load_and_a_rebuilt_one_loads_anew() {
+    // The loader opens a library with the kernel: dlopen of an Iris path failed (a Python
+    // extension module in a venv on Iris could not be imported).
+    let v = Volume::new("dlopen");
+    let bin = Program::build("dlopen_iris", &["-ldl"]);
+    let lib = |text: &str| {
+        let dir = format!("/dev/shm/iris-dlopen-{}", std::process::id());
+        std::fs::create_dir_all(&dir).expect("dir");
+        let src = format!("{dir}/hello.c");
+        std::fs::write(
+            &src,
+            format!("const char *hello(void) {{ return \"{text}\"; }}\n"),
+        )
+        .expect("source");
+        let out = format!("{dir}/{text}.so");
+        let cc = Command::new("cc")
+            .args(["-shared", "-fPIC", "-o", &out, &src])
+            .status()
+            .expect("cc");
+        assert!(cc.success());
+        out
+    };
+    let (one, two) = (lib("one"), lib("two"));
+    let out = v.sh_ok(&format!(
+        "mkdir /iris/lib && cp {one} /iris/lib/libhello.so && {b} /iris/lib/libhello.so && \
+         cd /iris/lib && {b} ./libhello.so /iris/lib/missing.so && sleep 0.01 && \
+         cp {two} /iris/lib/libhello.so && {b} /iris/lib/libhello.so",
+        b = bin.0
+    ));
+    std::fs::remove_dir_all(format!("/dev/shm/iris-dlopen-{}", std::process::id())).ok();
+    assert_eq!(
+        out,
+        "/iris/lib/libhello.so: one\n./libhello.so: one\n/iris/lib/missing.so: no such file\n\
+         /iris/lib/libhello.so: two\n"
+    );
+    let copies = format!("/dev/shm/iris-lib-{:016x}", v.volume_id());
+    assert!(std::path::Path::new(&copies)
+        .join("iris/lib/libhello.so")
+        .exists());
+    drop(v);
+}

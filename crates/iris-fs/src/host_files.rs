@@ -10,6 +10,7 @@
 //!   may name another file, or the same file with other bytes: every shadow of the volume is
 //!   discarded ([`discard_shadows`]); a file still flagged as shadowed finds no shadow at its
 //!   next use, drops the flag and is served from the volume;
+//! - copies of its shared libraries (`iris-lib-<id>/`, [`library_dir`]) go with its shadows;
 //! - when the volume file itself is gone (deleted, or made again with a new id): nothing tells
 //!   Iris, so a process that makes a shadow records where its volume lives
 //!   (`iris-volume-<id>`: device, inode and path of the volume file, [`note_volume`]) and
@@ -36,15 +37,23 @@ pub fn shadow_path(volume_id: u64, ino: u64) -> String {
     format!("{DIR}/{}{ino}", shadow_prefix(volume_id))
 }
 
+/// The directory of host copies of the volume's shared libraries (see the interposer's
+/// `loadable` module: the loader opens them with the kernel), each at its Iris path below it.
+pub fn library_dir(volume_id: u64) -> String {
+    format!("{DIR}/iris-lib-{volume_id:016x}")
+}
+
 /// The path of the record of volume `volume_id` (see [`note_volume`]).
 fn record_path(volume_id: u64) -> String {
     format!("{DIR}/iris-volume-{volume_id:016x}")
 }
 
-/// Remove every shadow of volume `volume_id`, for when its inode numbers may no longer name what
-/// they named (a rollback, a rebuild from the superblocks) and no process uses the volume.
-/// Returns how many were removed.
+/// Remove every shadow of volume `volume_id` (and the copies of its libraries), for when its
+/// inode numbers may no longer name what they named (a rollback, a rebuild from the
+/// superblocks) and no process uses the volume. Returns how many shadows were removed.
 pub fn discard_shadows(volume_id: u64) -> usize {
+    // Copies of its libraries go too (a copy is checked by size and time only).
+    let _ = std::fs::remove_dir_all(library_dir(volume_id));
     let prefix = shadow_prefix(volume_id);
     let Ok(dir) = std::fs::read_dir(DIR) else {
         return 0;

@@ -27,6 +27,7 @@ mod ident;
 mod inherit;
 mod launch;
 mod libc_paths;
+mod loadable;
 mod lock_owners;
 mod locks;
 mod mappings;

@@ -1119,3 +1119,9 @@ real_fn!(
     fn(p: *const c_char, f: crate::libc_paths::FtwFn, n: c_int) -> c_int,
     -1
 );
+real_fn!(
+    dlopen,
+    "dlopen",
+    fn(p: *const c_char, f: c_int) -> *mut c_void,
+    std::ptr::null_mut()
+);

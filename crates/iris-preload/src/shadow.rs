@@ -42,10 +42,11 @@ fn path(fs: &Fs, ino: u64) -> CString {
 /// [`before_first_shadow`]).
 static NOTED: AtomicBool = AtomicBool::new(false);
 
-/// Before this process makes its first shadow: record where the volume lives, and remove the
-/// shadows of recorded volumes that are gone (see `iris_fs::host_files`). Once per process:
-/// making shadows is rare, and each shadow is as big as its file.
-fn before_first_shadow(fs: &Fs) {
+/// Before this process makes its first shadow (or host copy of a library, see `loadable`):
+/// record where the volume lives, and remove the shadows and copies of recorded volumes that
+/// are gone (see `iris_fs::host_files`). Once per process: making them is rare, and each is as
+/// big as its file.
+pub(crate) fn before_first_shadow(fs: &Fs) {
     if NOTED.swap(true, Ordering::AcqRel) {
         return;
     }

@@ -180,6 +180,7 @@ impl Drop for Volume {
                 for kind in ["locks", "flocks", "owners", "waits", "opens", "volume"] {
                     let _ = std::fs::remove_file(format!("/dev/shm/iris-{kind}-{id:016x}"));
                 }
+                let _ = std::fs::remove_dir_all(format!("/dev/shm/iris-lib-{id:016x}"));
                 let shadows = format!("iris-shadow-{id:016x}-");
                 for e in std::fs::read_dir("/dev/shm")
                     .into_iter()

@@ -1,0 +1,171 @@
+//! Shared libraries stored in Iris (a Python extension module in a venv on Iris, a plugin a
+//! build produced): the dynamic loader opens them with the kernel, which knows no Iris path, so
+//! `dlopen` of an Iris path loads a host copy instead. Copies live in /dev/shm under the
+//! volume's library directory (`iris_fs::host_files::library_dir`) at the file's Iris path, so
+//! a copy stands beside the copies of its siblings; a copy is reused while its size and
+//! modification time match the Iris file's, else made again (written aside and renamed into
+//! place, so concurrent loaders never map half a copy). Not covered: dependencies the loader
+//! finds by itself next to an Iris library (`$ORIGIN`), unless they were loaded before.
+
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+
+use iris_fs::{Fs, Resolved};
+use libc::{c_char, c_int, c_void};
+
+use crate::real;
+use crate::route::{self, Target};
+use crate::state;
+
+/// Bytes copied at a time.
+const COPY_BYTES: usize = 1 << 20;
+
+/// What to hand the loader for `filename`: a host copy of an Iris library, the host file a
+/// symlink out of Iris names, or `None` to load `filename` as given (a host path, or a bare
+/// name the loader searches for). `Err` with an errno when the Iris file cannot be copied.
+///
+/// # Safety
+/// `filename` is NULL or a NUL-terminated string.
+unsafe fn host_path(filename: *const c_char) -> Result<Option<CString>, c_int> {
+    if filename.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null and NUL-terminated (the caller's contract).
+    let given = unsafe { CStr::from_ptr(filename) }.to_bytes();
+    if !given.contains(&b'/') {
+        return Ok(None);
+    }
+    // SAFETY: as above.
+    let Target::Iris { start, path } = (unsafe { route::target(filename) }) else {
+        return Ok(None);
+    };
+    let fs = state::fs().ok_or(libc::EIO)?;
+    let ino = match fs
+        .resolve_or_leave(&state::cred(), start, &path, true)
+        .map_err(|e| e.0)?
+    {
+        Resolved::Host(host) => return CString::new(host).map(Some).map_err(|_| libc::ENOENT),
+        Resolved::Inode(ino) => ino,
+    };
+    let inode = fs.getattr(ino).map_err(|e| e.0)?;
+    if !inode.is_file() {
+        return Err(libc::EISDIR);
+    }
+    state::cred()
+        .check(&inode, iris_fs::R_OK)
+        .map_err(|e| e.0)?;
+    let abs = crate::cwd::absolute(given).ok_or(libc::ENOENT)?;
+    let mut copy = iris_fs::host_files::library_dir(fs.store().volume_id()).into_bytes();
+    copy.extend_from_slice(&abs);
+    let copy = CString::new(copy).map_err(|_| libc::ENOENT)?;
+    // (Host calls from here on: past the interposer.)
+    let _busy = state::Busy::enter();
+    if !is_current(&copy, inode.size, inode.mtime_ns) {
+        crate::shadow::before_first_shadow(fs);
+        make_copy(fs, ino, &copy, inode.size, inode.mtime_ns)?;
+    }
+    Ok(Some(copy))
+}
+
+/// Whether the host file `copy` has `size` bytes and modification time `mtime_ns`.
+fn is_current(copy: &CStr, size: u64, mtime_ns: i64) -> bool {
+    // SAFETY: all-zero is a valid stat; libc's stat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and our buffer.
+    let found = unsafe { real::stat(copy.as_ptr(), &mut st) } == 0;
+    found && st.st_size as u64 == size && st.st_mtime * 1_000_000_000 + st.st_mtime_nsec == mtime_ns
+}
+
+/// Copy Iris file `ino` (`size` bytes, modified at `mtime_ns`) to the host path `copy`.
+fn make_copy(fs: &Fs, ino: u64, copy: &CStr, size: u64, mtime_ns: i64) -> Result<(), c_int> {
+    let path = copy.to_bytes();
+    let dir = &path[..path.iter().rposition(|b| *b == b'/').unwrap_or(0)];
+    std::fs::create_dir_all(std::ffi::OsStr::from_bytes(dir))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let mut tmp = path.to_vec();
+    tmp.extend_from_slice(format!(".{}.tmp", std::process::id()).as_bytes());
+    let tmp = CString::new(tmp).map_err(|_| libc::ENOENT)?;
+    // SAFETY: a NUL-terminated path of our own; libc's open.
+    let fd = unsafe {
+        real::open(
+            tmp.as_ptr(),
+            libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o755,
+        )
+    };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    let filled = fill(fs, ino, fd, size).and_then(|()| {
+        let times = [libc::timespec {
+            tv_sec: mtime_ns.div_euclid(1_000_000_000),
+            tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
+        }; 2];
+        // SAFETY: our own fd and a live array of two times.
+        if unsafe { libc::futimens(fd, times.as_ptr()) } != 0 {
+            return Err(last_errno());
+        }
+        Ok(())
+    });
+    // SAFETY: closing our own fd.
+    unsafe { real::close(fd) };
+    // SAFETY: NUL-terminated paths of our own.
+    let placed = filled.and_then(|()| {
+        if unsafe { libc::rename(tmp.as_ptr(), copy.as_ptr()) } != 0 {
+            return Err(last_errno());
+        }
+        Ok(())
+    });
+    if placed.is_err() {
+        // SAFETY: as above.
+        unsafe { libc::unlink(tmp.as_ptr()) };
+    }
+    placed
+}
+
+/// Write the `size` bytes of Iris file `ino` into host fd `fd`.
+fn fill(fs: &Fs, ino: u64, fd: c_int, size: u64) -> Result<(), c_int> {
+    let mut buf = vec![0u8; COPY_BYTES.min(size as usize).max(1)];
+    let mut off = 0u64;
+    while off < size {
+        let n = fs.read(ino, off, &mut buf).map_err(|e| e.0)?;
+        if n == 0 {
+            break;
+        }
+        let mut done = 0;
+        while done < n {
+            // SAFETY: writing from our buffer to our own fd.
+            let w = unsafe { real::write(fd, buf[done..n].as_ptr().cast(), n - done) };
+            if w < 0 {
+                return Err(last_errno());
+            }
+            done += w as usize;
+        }
+        off += n as u64;
+    }
+    Ok(())
+}
+
+fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
+    // SAFETY: the caller's file name.
+    match unsafe { host_path(filename) } {
+        // SAFETY: forwarding the caller's arguments.
+        Ok(None) => unsafe { real::dlopen(filename, flags) },
+        // SAFETY: a NUL-terminated path of our own.
+        Ok(Some(host)) => unsafe { real::dlopen(host.as_ptr(), flags) },
+        Err(e) => {
+            // dlerror reports what the loader last failed at: make it fail the same way on
+            // the path as given, which it cannot open either.
+            crate::errno::set(e);
+            // SAFETY: as above (the loader's own message names the path).
+            unsafe { real::dlopen(filename, flags) }
+        }
+    }
+}
