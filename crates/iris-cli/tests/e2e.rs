@@ -1516,3 +1516,24 @@ fn shared_libraries_stored_in_iris_load_and_a_rebuilt_one_loads_anew() {
         .exists());
     drop(v);
 }
+
+#[test]
+fn programs_built_in_iris_find_their_own_libraries_as_on_tmpfs() {
+    // A build's program names its libraries by an absolute search path in the build tree
+    // (cmake's RUNPATH) or by $ORIGIN: the loader could look for neither in Iris.
+    let v = Volume::new("elfdeps");
+    v.prints_as_on_tmpfs(
+        "elfdeps",
+        |d| {
+            format!(
+                r#"cd {d} && mkdir lib bin && printf 'const char *baz(void) {{ return "baz"; }}\n' > baz.c && printf 'const char *baz(void);\nconst char *bar(void) {{ return baz(); }}\n' > bar.c && printf '#include <stdio.h>\nconst char *bar(void);\nint main(void) {{ puts(bar()); return 0; }}\n' > main.c
+cc -shared -fPIC -o lib/libbaz.so baz.c && cc -shared -fPIC -o lib/libbar.so bar.c -Llib -lbaz -Wl,-rpath,'$ORIGIN'
+cc -o bin/rel main.c -Llib -lbar -Wl,-rpath,'$ORIGIN/../lib' && cc -o bin/abs main.c -Llib -lbar -Wl,-rpath,{d}/lib,--enable-new-dtags
+./bin/rel && {d}/bin/abs && cd bin && ./rel && env ./abs
+cc -o plain main.c -L../lib -lbar 2>/dev/null && ./plain 2>/dev/null || echo no-search-path-fails
+"#
+            )
+        },
+        "baz\nbaz\nbaz\nbaz\nno-search-path-fails\n",
+    );
+}

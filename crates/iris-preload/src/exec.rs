@@ -55,6 +55,7 @@ pub(crate) fn capture() {
 unsafe fn patched_env(
     envp: *const *const c_char,
     extra: &[CString],
+    library_path: Option<&[u8]>,
 ) -> (Vec<CString>, Vec<*const c_char>) {
     let mut owned: Vec<CString> = Vec::new();
     let mut have: Vec<Vec<u8>> = Vec::new();
@@ -102,6 +103,22 @@ unsafe fn patched_env(
         e.extend_from_slice(&cwd);
         have.push(e);
     }
+    if let Some(dirs) = library_path {
+        // A program stored in Iris: copies of the libraries it needs from Iris come first.
+        const NAME: &[u8] = b"LD_LIBRARY_PATH=";
+        let mut e = NAME.to_vec();
+        e.extend_from_slice(dirs);
+        match have.iter_mut().find(|h| h.starts_with(NAME)) {
+            Some(h) => {
+                if h.len() > NAME.len() {
+                    e.push(b':');
+                    e.extend_from_slice(&h[NAME.len()..]);
+                }
+                *h = e;
+            }
+            None => have.push(e),
+        }
+    }
     have.extend(extra.iter().map(|e| e.as_bytes().to_vec()));
     for h in have {
         if let Ok(c) = CString::new(h) {
@@ -147,14 +164,15 @@ pub unsafe extern "C" fn execve(
 ) -> c_int {
     // A program stored in Iris, or a relative path from an Iris directory.
     // SAFETY: the caller's arguments.
-    let (path, argv, _plan) = match unsafe { launched(path, argv) } {
+    let (path, argv, plan) = match unsafe { launched(path, argv) } {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
+    let libs = plan.as_ref().and_then(|p| p.library_path.as_deref());
     // POSIX keeps record locks across exec, and the descriptions with their locks.
     let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp, &passed.env) };
+    let (_keep, env) = unsafe { patched_env(envp, &passed.env, libs) };
     // SAFETY: forwarding with the patched environment.
     let r = unsafe { real::execve(path, argv, env.as_ptr()) };
     // (Only when the exec failed.)
@@ -186,7 +204,7 @@ pub unsafe extern "C" fn execvpe(
     // POSIX keeps record locks across exec, and the descriptions with their locks.
     let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp, &passed.env) };
+    let (_keep, env) = unsafe { patched_env(envp, &passed.env, None) };
     // SAFETY: forwarding with the patched environment.
     let r = unsafe { real::execvpe(file, argv, env.as_ptr()) };
     // (Only when the exec failed.)
@@ -256,7 +274,7 @@ pub unsafe extern "C" fn fexecve(
     // POSIX keeps record locks across exec, and the descriptions with their locks.
     let passed = crate::locks::pass_across_exec(true);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp, &passed.env) };
+    let (_keep, env) = unsafe { patched_env(envp, &passed.env, None) };
     // SAFETY: forwarding with the patched environment.
     let r = unsafe { real::fexecve(fd, argv, env.as_ptr()) };
     // (Only when the exec failed.)
@@ -275,15 +293,16 @@ pub unsafe extern "C" fn posix_spawn(
 ) -> c_int {
     // A program stored in Iris, or a relative path from an Iris directory.
     // SAFETY: the caller's arguments.
-    let (path, argv, _plan) = match unsafe { launched(path, argv.cast()) } {
+    let (path, argv, plan) = match unsafe { launched(path, argv.cast()) } {
         Ok(l) => l,
         Err(e) => return e,
     };
+    let libs = plan.as_ref().and_then(|p| p.library_path.as_deref());
     // The child shares the inheritable descriptions: their locks too (not the process's).
     crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env) };
+    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env, libs) };
     // Its file actions may give the child an inheritable copy of any fd.
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
@@ -316,7 +335,7 @@ pub unsafe extern "C" fn posix_spawnp(
     crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env) };
+    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env, None) };
     // Its file actions may give the child an inheritable copy of any fd.
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.

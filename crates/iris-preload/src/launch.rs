@@ -7,7 +7,9 @@
 //!   arguments after the first); an interpreter in Iris is launched the same way (at most
 //!   [`MAX_DEPTH`] scripts deep, as Linux allows);
 //! - a binary (ELF): its bytes are copied into a close-on-exec memfd, which the kernel executes
-//!   through `/proc/self/fd/N` (the caller's arguments as they are);
+//!   through `/proc/self/fd/N` (the caller's arguments as they are); the libraries its search
+//!   path finds in Iris are copied out and their directories put first in `LD_LIBRARY_PATH`
+//!   (see `loadable::dependency_dirs`);
 //! - a symlink out of Iris (a Python venv's `bin/python3`): the host file it leads to, with the
 //!   caller's arguments as they are (so `argv[0]` still names the link, as programs that find
 //!   their installation from it expect).
@@ -19,7 +21,7 @@
 
 use std::ffi::{CStr, CString};
 
-use iris_fs::{Errno, Fs, Resolved};
+use iris_fs::{Fs, Resolved};
 use libc::{c_char, c_int};
 
 use crate::real;
@@ -30,8 +32,6 @@ use crate::state;
 pub(crate) const MAX_DEPTH: u32 = 4;
 /// The longest `#!` line read, as Linux reads it (`BINPRM_BUF_SIZE`).
 const HEAD_BYTES: usize = 256;
-/// Bytes copied at a time into an image.
-const COPY_BYTES: usize = 1 << 20;
 
 /// What an exec of a path runs.
 pub(crate) enum Launch {
@@ -54,6 +54,9 @@ pub(crate) struct Plan {
     /// The memfd holding a binary's bytes (named by `path`), closed when the plan is dropped
     /// (after a failed exec; a successful one closes it, being close-on-exec).
     image: Option<c_int>,
+    /// Directories to put first in the program's `LD_LIBRARY_PATH` (copies of the libraries it
+    /// needs from Iris), joined by `:`.
+    pub(crate) library_path: Option<Vec<u8>>,
 }
 
 impl Plan {
@@ -71,6 +74,7 @@ impl Plan {
             argv,
             ptrs,
             image,
+            library_path: None,
         })
     }
 
@@ -205,8 +209,18 @@ fn launch_inode(
         };
     }
     if head.starts_with(b"\x7fELF") {
-        let fd = image(fs, ino, inode.size)?;
-        return Plan::new(format!("/proc/self/fd/{fd}").into_bytes(), argv, Some(fd));
+        let bytes = crate::loadable::read_all(fs, ino, inode.size)?;
+        // Libraries it finds in Iris (a build's own, by an absolute or $ORIGIN search path)
+        // are copied out, their directories put first in LD_LIBRARY_PATH.
+        let origin = crate::cwd::absolute(&shown)
+            .map(|p| p[..p.iter().rposition(|b| *b == b'/').unwrap_or(0)].to_vec());
+        let dirs = origin
+            .map(|o| crate::loadable::dependency_dirs(fs, &bytes, &o))
+            .unwrap_or_default();
+        let fd = image(&bytes)?;
+        let mut plan = Plan::new(format!("/proc/self/fd/{fd}").into_bytes(), argv, Some(fd))?;
+        plan.library_path = (!dirs.is_empty()).then(|| dirs.join(&b':'));
+        return Ok(plan);
     }
     Err(libc::ENOEXEC)
 }
@@ -231,31 +245,22 @@ fn interpreter_line(line: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     Some((interp, arg))
 }
 
-/// A close-on-exec memfd holding the `size` bytes of Iris file `ino`.
-fn image(fs: &Fs, ino: u64, size: u64) -> Result<c_int, c_int> {
+/// A close-on-exec memfd holding `bytes` (a program's).
+fn image(bytes: &[u8]) -> Result<c_int, c_int> {
     // SAFETY: a NUL-terminated name; memfd_create takes no other memory.
     let fd = unsafe { libc::memfd_create(c"iris-exec".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(last_errno());
     }
     let fill = || -> Result<(), c_int> {
-        let mut buf = vec![0u8; COPY_BYTES.min(size as usize).max(1)];
-        let mut off = 0u64;
-        while off < size {
-            let n = fs.read(ino, off, &mut buf).map_err(|e: Errno| e.0)?;
-            if n == 0 {
-                break;
+        let mut done = 0;
+        while done < bytes.len() {
+            // SAFETY: writing from the caller's bytes into our own memfd.
+            let w = unsafe { real::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+            if w < 0 {
+                return Err(last_errno());
             }
-            let mut done = 0;
-            while done < n {
-                // SAFETY: writing from our buffer into our own memfd.
-                let w = unsafe { real::write(fd, buf[done..n].as_ptr().cast(), n - done) };
-                if w < 0 {
-                    return Err(last_errno());
-                }
-                done += w as usize;
-            }
-            off += n as u64;
+            done += w as usize;
         }
         Ok(())
     };

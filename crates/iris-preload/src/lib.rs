@@ -16,6 +16,7 @@ mod deadlock;
 mod desc_pool;
 mod description;
 mod dirstream;
+mod elf_deps;
 mod errno;
 mod exec;
 #[cfg(target_arch = "x86_64")]

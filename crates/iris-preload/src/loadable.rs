@@ -55,8 +55,15 @@ unsafe fn host_path(filename: *const c_char) -> Result<Option<CString>, c_int> {
         .check(&inode, iris_fs::R_OK)
         .map_err(|e| e.0)?;
     let abs = crate::cwd::absolute(given).ok_or(libc::ENOENT)?;
+    host_copy(fs, ino, &abs).map(Some)
+}
+
+/// The host copy of Iris file `ino`, whose absolute path (mount prefix and all) is `abs`: made
+/// (or made again) unless the one there has the file's size and modification time.
+pub(crate) fn host_copy(fs: &Fs, ino: u64, abs: &[u8]) -> Result<CString, c_int> {
+    let inode = fs.getattr(ino).map_err(|e| e.0)?;
     let mut copy = iris_fs::host_files::library_dir(fs.store().volume_id()).into_bytes();
-    copy.extend_from_slice(&abs);
+    copy.extend_from_slice(abs);
     let copy = CString::new(copy).map_err(|_| libc::ENOENT)?;
     // (Host calls from here on: past the interposer.)
     let _busy = state::Busy::enter();
@@ -64,7 +71,74 @@ unsafe fn host_path(filename: *const c_char) -> Result<Option<CString>, c_int> {
         crate::shadow::before_first_shadow(fs);
         make_copy(fs, ino, &copy, inode.size, inode.mtime_ns)?;
     }
-    Ok(Some(copy))
+    Ok(copy)
+}
+
+/// The whole of Iris file `ino` (`size` bytes).
+pub(crate) fn read_all(fs: &Fs, ino: u64, size: u64) -> Result<Vec<u8>, c_int> {
+    let mut out = vec![0u8; usize::try_from(size).map_err(|_| libc::EFBIG)?];
+    let mut off = 0;
+    while off < out.len() {
+        let n = fs.read(ino, off as u64, &mut out[off..]).map_err(|e| e.0)?;
+        if n == 0 {
+            out.truncate(off);
+            break;
+        }
+        off += n;
+    }
+    Ok(out)
+}
+
+/// Most libraries copied for one program (its dependencies' dependencies included).
+const MAX_LIBRARIES: usize = 256;
+
+/// The host directories holding copies of the libraries the ELF object `elf` (whose Iris
+/// directory is `origin`, absolute) needs from Iris: those its search path (`DT_RPATH`,
+/// `DT_RUNPATH`, `$ORIGIN` replaced) finds in Iris directories, and theirs in turn. A program
+/// stored in Iris runs with them first in `LD_LIBRARY_PATH`: the loader cannot look in Iris.
+pub(crate) fn dependency_dirs(fs: &Fs, elf: &[u8], origin: &[u8]) -> Vec<Vec<u8>> {
+    let mut dirs: Vec<Vec<u8>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![(crate::elf_deps::dynamic(elf), origin.to_vec())];
+    while let Some((dynamic, origin)) = todo.pop() {
+        let Some(d) = dynamic else { continue };
+        let search: Vec<Vec<u8>> = d
+            .search
+            .iter()
+            .map(|s| crate::cwd::normalize(&crate::elf_deps::with_origin(s, &origin)))
+            .filter(|s| route::strip_prefix(s).is_some())
+            .collect();
+        for name in d.needed.iter().filter(|n| !n.contains(&b'/')) {
+            for dir in &search {
+                let mut path = dir.clone();
+                path.push(b'/');
+                path.extend_from_slice(name);
+                let Some(rel) = route::strip_prefix(&path) else {
+                    continue;
+                };
+                let Ok(ino) = fs.resolve(&state::cred(), iris_fs::ROOT_INO, &rel, true) else {
+                    continue;
+                };
+                if !seen.insert(ino) || seen.len() > MAX_LIBRARIES {
+                    break;
+                }
+                let Ok(copy) = host_copy(fs, ino, &path) else {
+                    break;
+                };
+                let copy = copy.as_bytes();
+                let parent = copy[..copy.iter().rposition(|b| *b == b'/').unwrap_or(0)].to_vec();
+                if !dirs.contains(&parent) {
+                    dirs.push(parent);
+                }
+                let size = fs.getattr(ino).map_or(0, |i| i.size);
+                if let Ok(bytes) = read_all(fs, ino, size) {
+                    todo.push((crate::elf_deps::dynamic(&bytes), dir.clone()));
+                }
+                break;
+            }
+        }
+    }
+    dirs
 }
 
 /// Whether the host file `copy` has `size` bytes and modification time `mtime_ns`.
