@@ -1514,6 +1514,34 @@ fn shared_libraries_stored_in_iris_load_and_a_rebuilt_one_loads_anew() {
     assert!(std::path::Path::new(&copies)
         .join("iris/lib/libhello.so")
         .exists());
+    // A library that needs another beside it ($ORIGIN), both in Iris.
+    let dir = format!("/dev/shm/iris-dlopen2-{}", std::process::id());
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        format!("{dir}/inner.c"),
+        "const char *inner(void) { return \"inner\"; }\n",
+    )
+    .expect("inner.c");
+    std::fs::write(
+        format!("{dir}/outer.c"),
+        "const char *inner(void);\nconst char *hello(void) { return inner(); }\n",
+    )
+    .expect("outer.c");
+    let cc = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd {dir} && cc -shared -fPIC -o libinner.so inner.c && \
+             cc -shared -fPIC -o libouter.so outer.c -L. -linner -Wl,-rpath,'$ORIGIN'"
+        ))
+        .status()
+        .expect("cc");
+    assert!(cc.success());
+    let out = v.sh_ok(&format!(
+        "mkdir /iris/lib2 && cp {dir}/libinner.so {dir}/libouter.so /iris/lib2/ && {} /iris/lib2/libouter.so",
+        bin.0
+    ));
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out, "/iris/lib2/libouter.so: inner\n");
     drop(v);
 }
 

@@ -4,8 +4,10 @@
 //! volume's library directory (`iris_fs::host_files::library_dir`) at the file's Iris path, so
 //! a copy stands beside the copies of its siblings; a copy is reused while its size and
 //! modification time match the Iris file's, else made again (written aside and renamed into
-//! place, so concurrent loaders never map half a copy). Not covered: dependencies the loader
-//! finds by itself next to an Iris library (`$ORIGIN`), unless they were loaded before.
+//! place, so concurrent loaders never map half a copy). The libraries its search path finds in
+//! Iris are copied too (`dependency_dirs`): those it names by `$ORIGIN` are then where the
+//! loader looks, beside the copy; those it names by an absolute Iris path are not found (the
+//! loader reads `LD_LIBRARY_PATH` only at start-up).
 
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -55,7 +57,13 @@ unsafe fn host_path(filename: *const c_char) -> Result<Option<CString>, c_int> {
         .check(&inode, iris_fs::R_OK)
         .map_err(|e| e.0)?;
     let abs = crate::cwd::absolute(given).ok_or(libc::ENOENT)?;
-    host_copy(fs, ino, &abs).map(Some)
+    let copy = host_copy(fs, ino, &abs)?;
+    // Its own libraries from Iris ($ORIGIN: next to the copy, where the loader will look).
+    let origin = &abs[..abs.iter().rposition(|b| *b == b'/').unwrap_or(0)];
+    if let Ok(bytes) = read_all(fs, ino, inode.size) {
+        dependency_dirs(fs, &bytes, origin);
+    }
+    Ok(Some(copy))
 }
 
 /// The host copy of Iris file `ino`, whose absolute path (mount prefix and all) is `abs`: made
