@@ -281,9 +281,17 @@ fn last_errno() -> c_int {
 /// of them is in Iris: then the search must be Iris's (else glibc's, as asked). An empty entry
 /// is the working directory.
 pub(crate) fn search_path(file: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let path = std::env::var_os("PATH")
-        .map(|p| p.into_encoded_bytes())
-        .unwrap_or_else(|| b"/bin:/usr/bin".to_vec());
+    // libc's getenv, not std's: std takes a lock, which a child forked while another thread
+    // held it (execvp runs between fork and exec) would wait for forever.
+    // SAFETY: a NUL-terminated name; getenv returns NULL or a NUL-terminated string of the
+    // environment, copied out at once.
+    let value = unsafe { libc::getenv(c"PATH".as_ptr()) };
+    let path = if value.is_null() {
+        b"/bin:/usr/bin".to_vec()
+    } else {
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(value) }.to_bytes().to_vec()
+    };
     let dirs: Vec<Vec<u8>> = path.split(|b| *b == b':').map(<[u8]>::to_vec).collect();
     let in_iris = dirs.iter().any(|d| {
         if d.first() == Some(&b'/') {
