@@ -1125,7 +1125,8 @@ fn children_start_in_the_iris_directory_a_program_changed_into_itself() {
     let stdout = v.sh_ok(&format!("cd / && timeout 60 {}", bin.0));
     assert_eq!(
         stdout,
-        "relative\nrelative\nrelative\n/iris/sub\nrelative\npopen: relative\n/iris/it's\n/tmp\n/tmp\n"
+        "relative\nrelative\nrelative\n/iris/sub\nrelative\npopen: relative\n/iris/it's\n\
+         /iris/it's\nmissing: 2\n/tmp\n/tmp\n/tmp\n"
     );
 }
 

@@ -96,7 +96,8 @@ unsafe fn patched_env(
             Some(_) => {}
         }
     }
-    if let Some(cwd) = crate::cwd::iris_cwd_path() {
+    let cwd_given = extra.iter().any(|e| e.as_bytes().starts_with(CWD_ENTRY));
+    if let Some(cwd) = crate::cwd::iris_cwd_path().filter(|_| !cwd_given) {
         // The new image starts in this Iris working directory: `PWD` says so only when a
         // shell changed it (`make -C`, a program's chdir, leave it behind).
         let mut e = CWD_ENTRY.to_vec();
@@ -298,11 +299,18 @@ pub unsafe extern "C" fn posix_spawn(
         Err(e) => return e,
     };
     let libs = plan.as_ref().and_then(|p| p.library_path.as_deref());
+    // A child that starts in an Iris directory (addchdir_np).
+    let cwd = match spawn_cwd(actions) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     // The child shares the inheritable descriptions: their locks too (not the process's).
     crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);
+    let mut extra = passed.env.clone();
+    extra.extend(cwd);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env, libs) };
+    let (_keep, env) = unsafe { patched_env(envp.cast(), &extra, libs) };
     // Its file actions may give the child an inheritable copy of any fd.
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
@@ -331,11 +339,18 @@ pub unsafe extern "C" fn posix_spawnp(
         Searched::Failed(e) => return e,
         Searched::ByLibc => {}
     }
+    // A child that starts in an Iris directory (addchdir_np).
+    let cwd = match spawn_cwd(actions) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     // The child shares the inheritable descriptions: their locks too (not the process's).
     crate::locks::share_before_fork();
     let passed = crate::locks::pass_across_exec(false);
+    let mut extra = passed.env.clone();
+    extra.extend(cwd);
     // SAFETY: the caller's environment array.
-    let (_keep, env) = unsafe { patched_env(envp.cast(), &passed.env, None) };
+    let (_keep, env) = unsafe { patched_env(envp.cast(), &extra, None) };
     // Its file actions may give the child an inheritable copy of any fd.
     crate::description::note_fork();
     // SAFETY: forwarding with the patched environment.
@@ -441,15 +456,86 @@ static SPAWN_OPENS: iris_fs::ForkSafeMutex<
     Vec<(usize, c_int, std::sync::Arc<crate::fdtable::OpenFile>)>,
 > = iris_fs::ForkSafeMutex::new(Vec::new());
 
-/// Hold the table of addopen fds across a fork (see `crate::fork`).
+/// The Iris directory a file-actions object's child starts in (its last
+/// `posix_spawn_file_actions_addchdir_np` named one), by the object's address.
+static SPAWN_CHDIRS: iris_fs::ForkSafeMutex<Vec<(usize, Vec<u8>)>> =
+    iris_fs::ForkSafeMutex::new(Vec::new());
+
+/// Hold the tables of addopen fds and chdirs across a fork (see `crate::fork`).
 pub(crate) fn lock_for_fork() {
     std::mem::forget(SPAWN_OPENS.lock());
+    std::mem::forget(SPAWN_CHDIRS.lock());
 }
 
 /// Release what [`lock_for_fork`] took (parent and child).
 pub(crate) fn unlock_after_fork() {
-    // SAFETY: only after lock_for_fork, whose guard was forgotten.
-    unsafe { SPAWN_OPENS.force_unlock() };
+    // SAFETY: only after lock_for_fork, whose guards were forgotten.
+    unsafe {
+        SPAWN_CHDIRS.force_unlock();
+        SPAWN_OPENS.force_unlock();
+    }
+}
+
+/// posix_spawn_file_actions_addchdir_np to an Iris directory: the child changes directory with
+/// glibc's internal chdir, which knows no Iris path (the spawn failed with ENOENT). The child
+/// changes to `/` instead and starts in the Iris directory through `IRIS_CWD` (see
+/// [`spawn_cwd`]); a later change to a host directory in the same actions undoes that.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addchdir_np(
+    actions: *mut libc::posix_spawn_file_actions_t,
+    path: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's path.
+    let iris = !path.is_null()
+        && matches!(
+            unsafe { crate::route::target(path) },
+            crate::route::Target::Iris { .. }
+        );
+    let mut chdirs = SPAWN_CHDIRS.lock();
+    chdirs.retain(|(a, _)| *a != actions as usize);
+    if !iris {
+        drop(chdirs);
+        // SAFETY: forwarding.
+        return unsafe { real::posix_spawn_file_actions_addchdir_np(actions, path) };
+    }
+    // SAFETY: routed to Iris, so non-null and NUL-terminated.
+    let given = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let Some(abs) = crate::cwd::absolute(given) else {
+        return libc::ENOENT;
+    };
+    chdirs.push((actions as usize, abs));
+    drop(chdirs);
+    // SAFETY: the caller's actions, and a static path.
+    unsafe { real::posix_spawn_file_actions_addchdir_np(actions, c"/".as_ptr()) }
+}
+
+/// The `IRIS_CWD` entry for a child spawned with `actions`, if they change into an Iris
+/// directory; `Err` with the errno the change would fail with (not a directory, missing).
+fn spawn_cwd(actions: *const libc::posix_spawn_file_actions_t) -> Result<Option<CString>, c_int> {
+    if actions.is_null() {
+        return Ok(None);
+    }
+    let Some(dir) = SPAWN_CHDIRS
+        .lock()
+        .iter()
+        .find(|(a, _)| *a == actions as usize)
+        .map(|(_, d)| d.clone())
+    else {
+        return Ok(None);
+    };
+    let c = CString::new(dir.clone()).map_err(|_| libc::ENOENT)?;
+    // SAFETY: all-zero is a valid stat, which the interposed stat fills.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and our buffer.
+    if unsafe { crate::calls::stat(c.as_ptr(), &mut st) } != 0 {
+        return Err(crate::errno::get());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(libc::ENOTDIR);
+    }
+    let mut e = CWD_ENTRY.to_vec();
+    e.extend_from_slice(&dir);
+    CString::new(e).map(Some).map_err(|_| libc::ENOENT)
 }
 
 /// posix_spawn_file_actions_addopen of an Iris path: the spawned child opens its files with
@@ -501,6 +587,7 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
 pub unsafe extern "C" fn posix_spawn_file_actions_destroy(
     actions: *mut libc::posix_spawn_file_actions_t,
 ) -> c_int {
+    SPAWN_CHDIRS.lock().retain(|(a, _)| *a != actions as usize);
     let mine: Vec<(c_int, std::sync::Arc<crate::fdtable::OpenFile>)> = {
         let mut opens = SPAWN_OPENS.lock();
         let mine = opens

@@ -1125,3 +1125,9 @@ real_fn!(
     fn(p: *const c_char, f: c_int) -> *mut c_void,
     std::ptr::null_mut()
 );
+real_fn!(
+    posix_spawn_file_actions_addchdir_np,
+    "posix_spawn_file_actions_addchdir_np",
+    fn(a: *mut libc::posix_spawn_file_actions_t, p: *const c_char) -> c_int,
+    libc::ENOSYS
+);

@@ -59,6 +59,30 @@ int main(void) {
     fflush(stdout);
     if (system("pwd") != 0) { printf("FAIL system pwd\n"); return 1; }
 
+    /* A child told to start elsewhere by its spawn's file actions (Rust's Command::current_dir
+     * does this): an Iris directory (relative, from here), a missing one, and an Iris one
+     * followed by a host one. */
+    chdir("/iris/sub");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addchdir_np(&fa, "../it's");
+    char *where[] = {"sh", "-c", "pwd", NULL};
+    if (posix_spawnp(&pid, "sh", &fa, NULL, where, environ) != 0) { printf("FAIL addchdir\n"); return 1; }
+    wait_for(pid, "addchdir");
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addchdir_np(&fa, "/iris/missing");
+    printf("missing: %d\n", posix_spawnp(&pid, "sh", &fa, NULL, where, environ));
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addchdir_np(&fa, "/iris/sub");
+    posix_spawn_file_actions_addchdir_np(&fa, "/tmp");
+    fflush(stdout);
+    if (posix_spawn(&pid, "/bin/sh", &fa, NULL, where, environ) != 0) { printf("FAIL host after\n"); return 1; }
+    wait_for(pid, "host after Iris");
+    posix_spawn_file_actions_destroy(&fa);
+    chdir("/iris/it's");
+
     /* Back out to a host directory: children start there, not in the Iris one. */
     if (chdir("/tmp") != 0) { perror("chdir /tmp"); return 1; }
     fflush(stdout);
