@@ -6,8 +6,10 @@
 //!   give it (interpreter, its optional argument, the script's path as given, then the caller's
 //!   arguments after the first); an interpreter in Iris is launched the same way (at most
 //!   [`MAX_DEPTH`] scripts deep, as Linux allows);
-//! - a binary (ELF): its bytes are copied into a close-on-exec memfd, which the kernel executes
-//!   through `/proc/self/fd/N` (the caller's arguments as they are); the libraries its search
+//! - a binary (ELF): the kernel executes a host copy kept at its Iris path (see
+//!   `loadable::host_copy`; made once per version of the file), or, where there is no path
+//!   (`fexecve`) or /dev/shm cannot execute, a close-on-exec memfd of its bytes through
+//!   `/proc/self/fd/N` (the caller's arguments as they are either way); the libraries its search
 //!   path finds in Iris are copied out and their directories put first in `LD_LIBRARY_PATH`
 //!   (see `loadable::dependency_dirs`);
 //! - a symlink out of Iris (a Python venv's `bin/python3`): the host file it leads to, with the
@@ -20,6 +22,7 @@
 //! Set-user-ID and set-group-ID bits are not honoured (as on a `nosuid` mount).
 
 use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
 
 use iris_fs::{Fs, Resolved};
 use libc::{c_char, c_int};
@@ -209,6 +212,11 @@ fn launch_inode(
         };
     }
     if head.starts_with(b"\x7fELF") {
+        // A host copy kept at its Iris path (made once per version of the file), executed by
+        // its path: $ORIGIN is then its directory, where copies of its libraries go too.
+        if let Some(plan) = from_host_copy(fs, ino, &shown, &argv) {
+            return Ok(plan);
+        }
         let bytes = crate::loadable::read_all(fs, ino, inode.size)?;
         // Libraries it finds in Iris (a build's own, by an absolute or $ORIGIN search path)
         // are copied out, their directories put first in LD_LIBRARY_PATH.
@@ -223,6 +231,39 @@ fn launch_inode(
         return Ok(plan);
     }
     Err(libc::ENOEXEC)
+}
+
+/// [`launch_inode`] of a binary through its host copy (see `loadable::host_copy`), at the
+/// binary's real Iris path (symlinks resolved, as the loader's `$ORIGIN` is); `None` where
+/// that cannot be (no such path: `fexecve`; /dev/shm mounted `noexec`; the copy failed): the
+/// caller runs a memfd image instead.
+fn from_host_copy(fs: &Fs, ino: u64, shown: &[u8], argv: &[Vec<u8>]) -> Option<Plan> {
+    let shown = CString::new(shown).ok()?;
+    // SAFETY: a NUL-terminated path; the interposed realpath allocates the result.
+    let resolved = unsafe { crate::more::realpath(shown.as_ptr(), std::ptr::null_mut()) };
+    if resolved.is_null() {
+        return None;
+    }
+    // SAFETY: realpath's NUL-terminated result, copied out, then freed as malloc's.
+    let abs = unsafe { CStr::from_ptr(resolved) }.to_bytes().to_vec();
+    // SAFETY: as above.
+    unsafe { libc::free(resolved.cast()) };
+    route::strip_prefix(&abs)?;
+    let _busy = state::Busy::enter();
+    // SAFETY: all-zero is a valid statvfs; libc fills it for a NUL-terminated path.
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    let dir = CString::new(iris_fs::host_files::DIR).ok()?;
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(dir.as_ptr(), &mut vfs) } != 0 || vfs.f_flag & libc::ST_NOEXEC != 0 {
+        return None;
+    }
+    let copy = crate::loadable::host_copy(fs, ino, &abs).ok()?;
+    let bytes = std::fs::read(std::ffi::OsStr::from_bytes(copy.as_bytes())).ok()?;
+    let origin = &abs[..abs.iter().rposition(|b| *b == b'/').unwrap_or(0)];
+    let dirs = crate::loadable::dependency_dirs(fs, &bytes, origin);
+    let mut plan = Plan::new(copy.into_bytes(), argv.to_vec(), None).ok()?;
+    plan.library_path = (!dirs.is_empty()).then(|| dirs.join(&b':'));
+    Some(plan)
 }
 
 /// The interpreter and its optional argument from the rest of a `#!` line, as Linux splits it:
