@@ -286,36 +286,18 @@ fn interpreter_line(line: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     Some((interp, arg))
 }
 
-/// A close-on-exec memfd holding `bytes` (a program's).
-fn image(bytes: &[u8]) -> Result<c_int, c_int> {
+/// A close-on-exec memfd holding `bytes` (a program's, or a library's).
+pub(crate) fn image(bytes: &[u8]) -> Result<c_int, c_int> {
     // SAFETY: a NUL-terminated name; memfd_create takes no other memory.
     let fd = unsafe { libc::memfd_create(c"iris-exec".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
-        return Err(last_errno());
+        return Err(crate::loadable::last_errno());
     }
-    let fill = || -> Result<(), c_int> {
-        let mut done = 0;
-        while done < bytes.len() {
-            // SAFETY: writing from the caller's bytes into our own memfd.
-            let w = unsafe { real::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
-            if w < 0 {
-                return Err(last_errno());
-            }
-            done += w as usize;
-        }
-        Ok(())
-    };
-    fill().inspect_err(|_| {
+    crate::loadable::write_all(fd, bytes).inspect_err(|_| {
         // SAFETY: closing the memfd made above.
         unsafe { real::close(fd) };
     })?;
     Ok(fd)
-}
-
-fn last_errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 /// The directories of `PATH` as a search for `file` (no slash in it) would visit them, if any
@@ -365,7 +347,7 @@ pub(crate) fn search(dirs: &[Vec<u8>], file: &[u8]) -> Result<CString, c_int> {
             denied = true; // as an exec of it would: EACCES, and the search goes on
             continue;
         }
-        denied |= last_errno() == libc::EACCES;
+        denied |= crate::loadable::last_errno() == libc::EACCES;
     }
     Err(if denied { libc::EACCES } else { libc::ENOENT })
 }

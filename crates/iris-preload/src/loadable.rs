@@ -57,7 +57,15 @@ unsafe fn host_path(filename: *const c_char) -> Result<Option<CString>, c_int> {
         .check(&inode, iris_fs::R_OK)
         .map_err(|e| e.0)?;
     let abs = crate::cwd::absolute(given).ok_or(libc::ENOENT)?;
-    let copy = host_copy(fs, ino, &abs)?;
+    let Ok(copy) = host_copy(fs, ino, &abs) else {
+        // No usable copy (another user's, a full /dev/shm): a memfd of its bytes.
+        let bytes = read_all(fs, ino, inode.size)?;
+        let fd = crate::launch::image(&bytes)?;
+        // (Kept open: the loader maps it, and names the library by this path from now on.)
+        return CString::new(format!("/proc/self/fd/{fd}"))
+            .map(Some)
+            .map_err(|_| libc::ENOENT);
+    };
     // Its own libraries from Iris ($ORIGIN: next to the copy, where the loader will look).
     let origin = &abs[..abs.iter().rposition(|b| *b == b'/').unwrap_or(0)];
     if let Ok(bytes) = read_all(fs, ino, inode.size) {
@@ -75,6 +83,11 @@ pub(crate) fn host_copy(fs: &Fs, ino: u64, abs: &[u8]) -> Result<CString, c_int>
     let copy = CString::new(copy).map_err(|_| libc::ENOENT)?;
     // (Host calls from here on: past the interposer.)
     let _busy = state::Busy::enter();
+    // SAFETY: a NUL-terminated path; libc's access.
+    let readable = || unsafe { real::access(copy.as_ptr(), libc::R_OK) } == 0;
+    if is_current(&copy, inode.size, inode.mtime_ns) && !readable() {
+        return Err(libc::EACCES); // another user's copy
+    }
     if !is_current(&copy, inode.size, inode.mtime_ns) {
         crate::shadow::before_first_shadow(fs);
         make_copy(fs, ino, &copy, inode.size, inode.mtime_ns)?;
@@ -172,7 +185,8 @@ fn make_copy(fs: &Fs, ino: u64, copy: &CStr, size: u64, mtime_ns: i64) -> Result
         real::open(
             tmp.as_ptr(),
             libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_CLOEXEC,
-            0o755,
+            // The caller's alone: the Iris file's own mode may keep others from reading it.
+            0o700,
         )
     };
     if fd < 0 {
@@ -214,24 +228,29 @@ fn fill(fs: &Fs, ino: u64, fd: c_int, size: u64) -> Result<(), c_int> {
         if n == 0 {
             break;
         }
-        let mut done = 0;
-        while done < n {
-            // SAFETY: writing from our buffer to our own fd.
-            let w = unsafe { real::write(fd, buf[done..n].as_ptr().cast(), n - done) };
-            if w < 0 {
-                return Err(last_errno());
-            }
-            done += w as usize;
-        }
+        write_all(fd, &buf[..n])?;
         off += n as u64;
     }
     Ok(())
 }
 
-fn last_errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+/// Write all of `bytes` to host fd `fd` (libc's write, short writes continued).
+pub(crate) fn write_all(fd: c_int, bytes: &[u8]) -> Result<(), c_int> {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writing from the caller's bytes to a host fd.
+        let w = unsafe { real::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if w < 0 {
+            return Err(last_errno());
+        }
+        done += w as usize;
+    }
+    Ok(())
+}
+
+/// The errno of the libc call that just failed.
+pub(crate) fn last_errno() -> c_int {
+    crate::errno::get()
 }
 
 #[no_mangle]
