@@ -1356,6 +1356,7 @@ printf '#!/bin/sh -e\necho "with arg $0 $1"\n' > e.sh && chmod +x e.sh && ./e.sh
 printf '#!{d}/s.sh x\n' > s2 && chmod +x s2 && ./s2 y
 chmod -x t; ./t 2>/dev/null; echo rc=$?
 mkdir dd; ./dd 2>/dev/null; echo rc=$?
+printf 'echo no-interpreter-line $1\n' > ns && chmod +x ns && env ./ns a
 mkdir bin bin2 bin2/myecho && cp /bin/echo bin/myecho && PATH="{d}/bin2:{d}/bin:$PATH" env myecho via-env
 python3 -m venv --without-pip venv && ./venv/bin/python -c 'import os, sys; print(os.path.basename(sys.prefix))'
 cp /bin/echo t2 && python3 -c '
@@ -1367,7 +1368,7 @@ os.execve(os.open("t2", os.O_RDONLY), ["echo", "fexecve"], os.environ)
 "#
             )
         },
-        "elf-relative\nelf-absolute\nscript s.sh [a] [b c]\nwith arg ./e.sh z\nscript s.sh [x] [./s2]\nrc=126\nrc=126\nvia-env\nvenv\nscript s.sh [spawned] []\nfexecve\n",
+        "elf-relative\nelf-absolute\nscript s.sh [a] [b c]\nwith arg ./e.sh z\nscript s.sh [x] [./s2]\nrc=126\nrc=126\nno-interpreter-line a\nvia-env\nvenv\nscript s.sh [spawned] []\nfexecve\n",
     );
 }
 

@@ -197,7 +197,7 @@ pub unsafe extern "C" fn execvpe(
     match unsafe { searched(file) } {
         Searched::Found(path) => {
             // SAFETY: a path of our own, the caller's arguments.
-            return unsafe { execve(path.as_ptr(), argv, envp) };
+            return unsafe { execve_or_shell(&path, argv, envp) };
         }
         Searched::Failed(e) => return fail(e),
         Searched::ByLibc => {}
@@ -234,17 +234,57 @@ unsafe fn searched(file: *const c_char) -> Searched {
     // SAFETY: non-null, NUL-terminated (the caller's contract).
     let name = unsafe { CStr::from_ptr(file) };
     let bytes = name.to_bytes();
-    if bytes.contains(&b'/') {
-        // A path: executed as it is (and served by Iris when it routes there).
-        return Searched::Found(name.to_owned());
+    let found = if bytes.contains(&b'/') {
+        // A path: executed as it is.
+        name.to_owned()
+    } else {
+        match launch::search_path(bytes) {
+            None => return Searched::ByLibc,
+            Some(dirs) => match launch::search(&dirs, bytes) {
+                Ok(p) => p,
+                Err(e) => return Searched::Failed(e),
+            },
+        }
+    };
+    // A host program is libc's to run (with its /bin/sh for a file that is no program).
+    // SAFETY: a NUL-terminated path.
+    match unsafe { crate::route::target(found.as_ptr()) } {
+        crate::route::Target::Host if bytes.contains(&b'/') => Searched::ByLibc,
+        _ => Searched::Found(found),
     }
-    match launch::search_path(bytes) {
-        None => Searched::ByLibc,
-        Some(dirs) => match launch::search(&dirs, bytes) {
-            Ok(p) => Searched::Found(p),
-            Err(e) => Searched::Failed(e),
-        },
+}
+
+/// execve of `path` found by a PATH search (or named with a slash), and as glibc's execvp
+/// does, `/bin/sh path args...` when the file is no program (ENOEXEC: a script without `#!`).
+///
+/// # Safety
+/// As execve's arguments.
+unsafe fn execve_or_shell(
+    path: &CStr,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { execve(path.as_ptr(), argv, envp) };
+    if crate::errno::get() != libc::ENOEXEC {
+        return r;
     }
+    let mut args: Vec<*const c_char> = vec![c"/bin/sh".as_ptr(), path.as_ptr()];
+    if !argv.is_null() {
+        // SAFETY: a NULL-terminated array (the caller's contract); its first entry skipped.
+        unsafe {
+            if !(*argv).is_null() {
+                let mut i = 1;
+                while !(*argv.add(i)).is_null() {
+                    args.push(*argv.add(i));
+                    i += 1;
+                }
+            }
+        }
+    }
+    args.push(std::ptr::null());
+    // SAFETY: a static path and a NULL-terminated array of the caller's strings.
+    unsafe { execve(c"/bin/sh".as_ptr(), args.as_ptr(), envp) }
 }
 
 #[no_mangle]
