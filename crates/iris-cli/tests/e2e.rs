@@ -1567,3 +1567,48 @@ cc -o plain main.c -L../lib -lbar 2>/dev/null && ./plain 2>/dev/null || echo no-
         "baz\nbaz\nbaz\nbaz\nno-search-path-fails\n",
     );
 }
+
+#[test]
+fn unix_sockets_named_by_iris_paths_connect_and_leave_the_host_alone() {
+    // bind of a relative name from an Iris directory made the socket in the host's /, and an
+    // absolute Iris name failed with ENOENT.
+    let v = Volume::new("sockets");
+    let host_root = std::path::Path::new("/iris-test-rel.sock");
+    let _ = std::fs::remove_file(host_root);
+    let out = v.sh_ok(
+        r#"mkdir /iris/sk && cd /iris/sk && python3 -c '
+import os, socket
+srv = socket.socket(socket.AF_UNIX)
+srv.bind("iris-test-rel.sock")
+srv.listen(1)
+cli = socket.socket(socket.AF_UNIX)
+cli.connect("/iris/sk/iris-test-rel.sock")
+conn, _ = srv.accept()
+cli.sendall(b"ping")
+print(conn.recv(4).decode())
+for s in (cli, conn, srv):
+    s.close()
+os.unlink("iris-test-rel.sock")
+again = socket.socket(socket.AF_UNIX)
+again.bind("/iris/sk/iris-test-rel.sock")
+print("bound again")
+os.unlink("/iris/sk/iris-test-rel.sock")
+try:
+    os.unlink("/iris/sk/iris-test-rel.sock")
+except FileNotFoundError:
+    print("gone")
+try:
+    socket.socket(socket.AF_UNIX).bind("/iris/missing/x.sock")
+except FileNotFoundError:
+    print("no directory")
+abstract = socket.socket(socket.AF_UNIX)
+abstract.bind("\0iris-test-abstract-%d" % os.getpid())
+print("abstract", abstract.getsockname()[:1] in (b"\0", "\0"))
+'"#,
+    );
+    assert_eq!(
+        out,
+        "ping\nbound again\ngone\nno directory\nabstract True\n"
+    );
+    assert!(!host_root.exists(), "a socket was made in the host's /");
+}

@@ -1241,23 +1241,52 @@ fn unlink_iris(fs: &Fs, start: u64, path: &[u8]) -> Result<(), Errno> {
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     // SAFETY: caller's path.
     match unsafe { target(path) } {
-        Target::Iris { start, path } => path_op(|fs| unlink_iris(fs, start, &path)),
+        Target::Iris { start, path: rel } => {
+            let r = path_op(|fs| unlink_iris(fs, start, &rel));
+            // SAFETY: the caller's path.
+            unsafe { or_socket(r, path) }
+        }
         // SAFETY: forwarding.
         Target::Host => unsafe { real::unlink(path) },
     }
+}
+
+/// `r`, the result of unlinking Iris path `path`; if nothing was there, 0 when a socket bound
+/// to that name went instead (see `sockets`).
+///
+/// # Safety
+/// `path` is NUL-terminated.
+unsafe fn or_socket(r: c_int, path: *const c_char) -> c_int {
+    if r == 0 || crate::errno::get() != libc::ENOENT {
+        return r;
+    }
+    // SAFETY: the caller's path.
+    if unsafe { crate::sockets::unlink_socket(path) } {
+        return 0;
+    }
+    fail(libc::ENOENT)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: caller's path.
     match unsafe { target_at(dirfd, path) } {
-        Target::Iris { start, path } => path_op(|fs| {
-            if flags & libc::AT_REMOVEDIR != 0 {
-                fs.rmdir(&cred(), start, &path)
-            } else {
-                unlink_iris(fs, start, &path)
+        Target::Iris { start, path: rel } => {
+            let r = path_op(|fs| {
+                if flags & libc::AT_REMOVEDIR != 0 {
+                    fs.rmdir(&cred(), start, &rel)
+                } else {
+                    unlink_iris(fs, start, &rel)
+                }
+            });
+            // SAFETY: the caller's path (named from the working directory, or absolute).
+            let named = dirfd == libc::AT_FDCWD || unsafe { *path } == b'/' as c_char;
+            if flags & libc::AT_REMOVEDIR == 0 && named {
+                // SAFETY: as above.
+                return unsafe { or_socket(r, path) };
             }
-        }),
+            r
+        }
         // SAFETY: forwarding.
         Target::Host => unsafe { real::unlinkat(dirfd, path, flags) },
     }

@@ -41,6 +41,7 @@ mod report;
 mod route;
 mod shadow;
 mod signals;
+mod sockets;
 mod splice;
 mod state;
 mod stdio;

@@ -1131,3 +1131,15 @@ real_fn!(
     fn(a: *mut libc::posix_spawn_file_actions_t, p: *const c_char) -> c_int,
     libc::ENOSYS
 );
+real_fn!(
+    bind,
+    "bind",
+    fn(fd: c_int, a: *const libc::sockaddr, l: libc::socklen_t) -> c_int,
+    -1
+);
+real_fn!(
+    connect,
+    "connect",
+    fn(fd: c_int, a: *const libc::sockaddr, l: libc::socklen_t) -> c_int,
+    -1
+);
