@@ -10,7 +10,8 @@
 //!   may name another file, or the same file with other bytes: every shadow of the volume is
 //!   discarded ([`discard_shadows`]); a file still flagged as shadowed finds no shadow at its
 //!   next use, drops the flag and is served from the volume;
-//! - copies of its shared libraries (`iris-lib-<id>/`, [`library_dir`]) go with its shadows;
+//! - copies of its shared libraries (`iris-lib-<id>/`, [`library_dir`]) go with its shadows,
+//!   and the host names of sockets bound to its paths (`iris-sock-<id>-<hash>`) with the volume;
 //! - when the volume file itself is gone (deleted, or made again with a new id): nothing tells
 //!   Iris, so a process that makes a shadow records where its volume lives
 //!   (`iris-volume-<id>`: device, inode and path of the volume file, [`note_volume`]) and
@@ -67,6 +68,21 @@ pub fn discard_shadows(volume_id: u64) -> usize {
         })
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
+}
+
+/// Remove the files of [`DIR`] whose names start with `prefix`.
+fn remove_with_prefix(prefix: &str) {
+    let Ok(dir) = std::fs::read_dir(DIR) else {
+        return;
+    };
+    for e in dir.flatten() {
+        if e.file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(prefix))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// What a record says: where the volume file was when its shadows were made.
@@ -158,6 +174,7 @@ pub fn sweep_gone_volumes(keep: u64) -> Vec<u64> {
         };
         if !record.volume_alive(id) {
             discard_shadows(id);
+            remove_with_prefix(&format!("iris-sock-{id:016x}-"));
             for kind in TABLE_KINDS {
                 let _ = std::fs::remove_file(format!("{DIR}/iris-{kind}-{id:016x}"));
             }

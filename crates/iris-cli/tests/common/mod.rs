@@ -182,12 +182,14 @@ impl Drop for Volume {
                 }
                 let _ = std::fs::remove_dir_all(format!("/dev/shm/iris-lib-{id:016x}"));
                 let shadows = format!("iris-shadow-{id:016x}-");
+                let sockets = format!("iris-sock-{id:016x}-");
                 for e in std::fs::read_dir("/dev/shm")
                     .into_iter()
                     .flatten()
                     .flatten()
                 {
-                    if e.file_name().to_string_lossy().starts_with(&shadows) {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.starts_with(&shadows) || name.starts_with(&sockets) {
                         let _ = std::fs::remove_file(e.path());
                     }
                 }
