@@ -1126,7 +1126,7 @@ fn children_start_in_the_iris_directory_a_program_changed_into_itself() {
     assert_eq!(
         stdout,
         "relative\nrelative\nrelative\n/iris/sub\nrelative\npopen: relative\n/iris/it's\n\
-         /iris/it's\nmissing: 2\n/tmp\n/tmp\n/tmp\n"
+         /iris/it's\nmissing: 2\n/tmp\n/iris/sub\n/tmp\n/tmp\n"
     );
 }
 

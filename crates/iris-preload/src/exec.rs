@@ -549,6 +549,29 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addchdir_np(
     unsafe { real::posix_spawn_file_actions_addchdir_np(actions, c"/".as_ptr()) }
 }
 
+/// posix_spawn_file_actions_addfchdir_np of an Iris directory fd: as
+/// [`posix_spawn_file_actions_addchdir_np`] of the path it was opened by (the child's
+/// `fchdir` on the fd, a description memfd, failed the spawn with ENOTDIR).
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addfchdir_np(
+    actions: *mut libc::posix_spawn_file_actions_t,
+    fd: c_int,
+) -> c_int {
+    let Some(f) = crate::fdtable::get(fd) else {
+        SPAWN_CHDIRS.lock().retain(|(a, _)| *a != actions as usize);
+        // SAFETY: forwarding.
+        return unsafe { real::posix_spawn_file_actions_addfchdir_np(actions, fd) };
+    };
+    if !f.is_dir {
+        return libc::ENOTDIR;
+    }
+    let Some(path) = f.path.as_ref().and_then(|p| CString::new(p.clone()).ok()) else {
+        return libc::ENOENT;
+    };
+    // SAFETY: the caller's actions and a NUL-terminated absolute Iris path.
+    unsafe { posix_spawn_file_actions_addchdir_np(actions, path.as_ptr()) }
+}
+
 /// The `IRIS_CWD` entry for a child spawned with `actions`, if they change into an Iris
 /// directory; `Err` with the errno the change would fail with (not a directory, missing).
 fn spawn_cwd(actions: *const libc::posix_spawn_file_actions_t) -> Result<Option<CString>, c_int> {

@@ -1143,3 +1143,9 @@ real_fn!(
     fn(fd: c_int, a: *const libc::sockaddr, l: libc::socklen_t) -> c_int,
     -1
 );
+real_fn!(
+    posix_spawn_file_actions_addfchdir_np,
+    "posix_spawn_file_actions_addfchdir_np",
+    fn(a: *mut libc::posix_spawn_file_actions_t, fd: c_int) -> c_int,
+    libc::ENOSYS
+);

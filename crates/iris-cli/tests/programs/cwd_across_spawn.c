@@ -81,6 +81,15 @@ int main(void) {
     if (posix_spawn(&pid, "/bin/sh", &fa, NULL, where, environ) != 0) { printf("FAIL host after\n"); return 1; }
     wait_for(pid, "host after Iris");
     posix_spawn_file_actions_destroy(&fa);
+    /* The same by an fd of the directory. */
+    int dfd = open("/iris/sub", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addfchdir_np(&fa, dfd);
+    fflush(stdout);
+    if (dfd < 0 || posix_spawn(&pid, "/bin/sh", &fa, NULL, where, environ) != 0) { printf("FAIL addfchdir\n"); return 1; }
+    wait_for(pid, "addfchdir");
+    posix_spawn_file_actions_destroy(&fa);
+    close(dfd);
     chdir("/iris/it's");
 
     /* Back out to a host directory: children start there, not in the Iris one. */
