@@ -56,33 +56,21 @@ pub fn discard_shadows(volume_id: u64) -> usize {
     // Copies of its libraries go too (a copy is checked by size and time only).
     let _ = std::fs::remove_dir_all(library_dir(volume_id));
     let prefix = shadow_prefix(volume_id);
+    remove_where(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|ino| !ino.is_empty() && ino.bytes().all(|c| c.is_ascii_digit()))
+    })
+}
+
+/// Remove the files of [`DIR`] whose names `matches`; how many went.
+fn remove_where(matches: impl Fn(&str) -> bool) -> usize {
     let Ok(dir) = std::fs::read_dir(DIR) else {
         return 0;
     };
     dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix(&prefix))
-                .is_some_and(|ino| !ino.is_empty() && ino.bytes().all(|c| c.is_ascii_digit()))
-        })
+        .filter(|e| e.file_name().to_str().is_some_and(&matches))
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
-}
-
-/// Remove the files of [`DIR`] whose names start with `prefix`.
-fn remove_with_prefix(prefix: &str) {
-    let Ok(dir) = std::fs::read_dir(DIR) else {
-        return;
-    };
-    for e in dir.flatten() {
-        if e.file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with(prefix))
-        {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 /// What a record says: where the volume file was when its shadows were made.
@@ -174,7 +162,8 @@ pub fn sweep_gone_volumes(keep: u64) -> Vec<u64> {
         };
         if !record.volume_alive(id) {
             discard_shadows(id);
-            remove_with_prefix(&format!("iris-sock-{id:016x}-"));
+            let sockets = format!("iris-sock-{id:016x}-");
+            remove_where(|n| n.starts_with(&sockets));
             for kind in TABLE_KINDS {
                 let _ = std::fs::remove_file(format!("{DIR}/iris-{kind}-{id:016x}"));
             }

@@ -27,6 +27,27 @@ fn same_boot() -> OpenOptions {
     }
 }
 
+/// Options of an opener in boot `n` (another boot than the volume's: it is rebuilt from the
+/// superblocks, as after a power loss or reboot).
+fn boot(n: u128) -> OpenOptions {
+    OpenOptions {
+        boot_id: Some(n),
+        commit_interval: None,
+    }
+}
+
+/// A 16 MiB simulated volume with a file system, made in boot `n`.
+fn small_fs_in_boot(n: u128) -> (Arc<SimMedia>, Fs) {
+    let sim = Arc::new(SimMedia::new(16 << 20));
+    let opts = CreateOptions {
+        size_limit_bytes: 16 << 20,
+        initial_bytes: 16 << 20,
+        ..CreateOptions::default()
+    };
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(n)).expect("store");
+    (sim, Fs::on_store(store).expect("fs"))
+}
+
 fn fs() -> Fs {
     Fs::on_store(sim_store().1).expect("fs")
 }
@@ -433,18 +454,7 @@ fn punch_hole_zero_range_and_seek_data() {
 
 #[test]
 fn unnamed_files_get_names_and_orphans_are_reclaimed_after_a_crash() {
-    let sim = Arc::new(SimMedia::new(16 << 20));
-    let opts = CreateOptions {
-        size_limit_bytes: 16 << 20,
-        initial_bytes: 16 << 20,
-        ..CreateOptions::default()
-    };
-    let boot = |n: u128| OpenOptions {
-        boot_id: Some(n),
-        commit_interval: None,
-    };
-    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("store");
-    let fs = Fs::on_store(store).expect("fs");
+    let (sim, fs) = small_fs_in_boot(1);
     let cred = Cred::root();
     // O_TMPFILE: unnamed, writable, then linked in.
     let t = fs.create_unnamed(&cred, ROOT_INO, 0o600).expect("tmpfile");
@@ -1353,18 +1363,7 @@ fn a_forked_child_forgets_the_ranges_its_parents_threads_held() {
 #[test]
 fn a_rebuild_from_the_superblocks_discards_the_volumes_shadows_and_a_join_keeps_them() {
     use iris_fs::host_files::shadow_path;
-    let sim = Arc::new(SimMedia::new(16 << 20));
-    let opts = CreateOptions {
-        size_limit_bytes: 16 << 20,
-        initial_bytes: 16 << 20,
-        ..CreateOptions::default()
-    };
-    let boot = |n: u128| OpenOptions {
-        boot_id: Some(n),
-        commit_interval: None,
-    };
-    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("store");
-    let fs = Fs::on_store(store).expect("fs");
+    let (sim, fs) = small_fs_in_boot(1);
     let id = fs.store().volume_id();
     fs.sync().expect("commit");
     let mine = [shadow_path(id, 7), shadow_path(id, 12)];

@@ -185,13 +185,7 @@ fn launch_inode(
     argv: Vec<Vec<u8>>,
     depth: u32,
 ) -> Result<Plan, c_int> {
-    let inode = fs.getattr(ino).map_err(|e| e.0)?;
-    if !inode.is_file() {
-        return Err(libc::EACCES);
-    }
-    state::cred()
-        .check(&inode, iris_fs::X_OK)
-        .map_err(|e| e.0)?;
+    let inode = crate::loadable::regular_file(fs, ino, iris_fs::X_OK, libc::EACCES)?;
     let mut head = [0u8; HEAD_BYTES];
     let n = fs.read(ino, 0, &mut head).map_err(|e| e.0)?;
     let head = &head[..n];

@@ -49,13 +49,7 @@ unsafe fn host_path(filename: *const c_char) -> Result<Option<CString>, c_int> {
         Resolved::Host(host) => return CString::new(host).map(Some).map_err(|_| libc::ENOENT),
         Resolved::Inode(ino) => ino,
     };
-    let inode = fs.getattr(ino).map_err(|e| e.0)?;
-    if !inode.is_file() {
-        return Err(libc::EISDIR);
-    }
-    state::cred()
-        .check(&inode, iris_fs::R_OK)
-        .map_err(|e| e.0)?;
+    let inode = regular_file(fs, ino, iris_fs::R_OK, libc::EISDIR)?;
     let abs = crate::cwd::absolute(given).ok_or(libc::ENOENT)?;
     let Ok(copy) = host_copy(fs, ino, &abs) else {
         // No usable copy (another user's, a full /dev/shm): a memfd of its bytes.
@@ -160,6 +154,22 @@ pub(crate) fn dependency_dirs(fs: &Fs, elf: &[u8], origin: &[u8]) -> Vec<Vec<u8>
         }
     }
     dirs
+}
+
+/// Inode `ino` if it is a regular file the caller may use as `mask` says (`R_OK`, `X_OK`, as
+/// the kernel checks them); `not_file` (the errno for anything else) or the check's errno.
+pub(crate) fn regular_file(
+    fs: &Fs,
+    ino: u64,
+    mask: u32,
+    not_file: c_int,
+) -> Result<iris_fs::Inode, c_int> {
+    let inode = fs.getattr(ino).map_err(|e| e.0)?;
+    if !inode.is_file() {
+        return Err(not_file);
+    }
+    state::cred().check(&inode, mask).map_err(|e| e.0)?;
+    Ok(inode)
 }
 
 /// Whether the host file `copy` has `size` bytes and modification time `mtime_ns`.
