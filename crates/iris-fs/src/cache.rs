@@ -486,15 +486,17 @@ impl FileCache {
         }
     }
 
-    /// After this process's own copy of file block `block` to `at` moved the data's change
-    /// stamp to `stamp` (read under the write's lock, right after it): if the map was in force
-    /// at the stamp just before, that move was this write's alone (every change moves the stamp
-    /// once, so another one would have moved it past `stamp`), and every other word is as right
-    /// at `stamp` as it was. The map then moves to `stamp` keeping its words, with `block`'s
-    /// word at `at` first (so nobody reads the old one as current at `stamp`). Otherwise `at`
-    /// is kept as a hint (see [`FileCache::hint`]). Without this, each copy of a committed block
-    /// turned every word of the map into a miss: after a commit, random writes of a big file
-    /// walked the tree until they had relearned every block.
+    /// After this process's own change of where file block `block` lives (a copy to a new block,
+    /// a new length) moved the data's change stamp to `stamp` (read under the write's lock, right
+    /// after it): if the map was in force at the stamp just before, that move was this write's
+    /// alone (every change moves the stamp once, so another one would have moved it past
+    /// `stamp`), and every other word is as right at `stamp` as it was. The map then moves to
+    /// `stamp` keeping its words, with `block`'s word at `at` first (so nobody reads the old one
+    /// as current at `stamp`). Otherwise the map starts a new epoch at `stamp` knowing `block`
+    /// alone (unless it is past `stamp` already: then `at` is kept as a hint, see
+    /// [`FileCache::hint`]). Without this, each such write turned every word of the map into a
+    /// miss: after a commit, random writes of a big file walked the tree until they had
+    /// relearned every block, and so did small random writes into a file's holes.
     pub(crate) fn carry(&self, block: u64, stamp: u64, at: BlockRef) {
         let Some((packed, slot)) = self.slot(block, at) else {
             return;
@@ -510,7 +512,10 @@ impl FileCache {
                 return;
             }
         }
-        self.hint(block, at);
+        match self.epoch(stamp) {
+            Some(e) => self.put(block, e, at),
+            None => self.hint(block, at),
+        }
     }
 
     /// Note where file block `block` was just written, with no epoch: a hint for
@@ -651,18 +656,21 @@ mod tests {
         assert_eq!(c.get(3, e11), Some(at(300)));
         assert_eq!(c.epoch_now(10), None, "no longer in force at 10");
         // A move the map did not see (11 -> 12 by someone else), then a copy that moved it to
-        // 13: nothing is carried, the copy is only a hint.
+        // 13: nothing is carried; the map starts again at 13, knowing the copy alone.
         c.carry(4, 13, at(400));
-        assert_eq!(c.epoch_now(13), None);
-        assert_eq!(c.last_seen(4), Some(at(400)));
-        let e13 = c.epoch(13).expect("a new epoch");
-        assert_eq!(c.get(3, e13), None, "a new epoch knows nothing");
-        assert_eq!(c.get(4, e13), None);
-        // A map not in force yet carries nothing either.
+        let e13 = c.epoch_now(13).expect("a new epoch at 13");
+        assert_eq!(c.get(3, e13), None, "nothing of the old epoch is carried");
+        assert_eq!(c.get(4, e13), Some(at(400)));
+        // A copy whose stamp the map is already past: a hint only.
+        c.carry(3, 12, at(600));
+        assert!(c.epoch_now(13).is_some());
+        assert_eq!(c.get(3, e13), None);
+        assert_eq!(c.last_seen(3), Some(at(600)));
+        // A map not in force yet starts at the copy's stamp.
         let fresh = FileCache::new(8);
         fresh.carry(1, 5, at(500));
-        assert_eq!(fresh.epoch_now(5), None);
-        assert_eq!(fresh.last_seen(1), Some(at(500)));
+        let e5 = fresh.epoch_now(5).expect("in force at 5");
+        assert_eq!(fresh.get(1, e5), Some(at(500)));
     }
 
     #[test]

@@ -190,6 +190,11 @@ pub struct BlockPut {
     /// The change stamp of the put key right after the put and where the value now lives;
     /// `None` when the value went inline.
     pub located: Option<(u64, BlockRef)>,
+    /// Whether this put itself moved the put key's change stamp (the value got a new block or
+    /// length) before `located`'s stamp was read under its locks: a caller whose map of the
+    /// key's neighbours was current at the stamp just before `located`'s may keep every other
+    /// entry (see `FileCache::carry` in iris-fs). False for a write of bytes where they were.
+    pub moved: bool,
     /// The change stamp of the patched key right after the write, when at that stamp the key
     /// holds exactly the value the caller's patch last saw, patched if `patched` (or, if the
     /// patch was skipped unseen, the value it saw at `unless_unchanged_since`): the caller may
@@ -1128,6 +1133,7 @@ impl Store {
                         found,
                         replaced,
                         patched,
+                        moved: located.is_some(),
                         located,
                         patched_stamp,
                     });
@@ -1217,6 +1223,7 @@ impl Store {
             patched: true,
             patched_stamp: found.then(|| inner.header.change_stamp(then.key)),
             located: Some((inner.header.change_stamp(key), at)),
+            moved: true,
         };
         Self::commit_if_sync_expected(inner, &g, then.sync_expected);
         Ok(Some(put))
@@ -1313,6 +1320,7 @@ impl Store {
             replaced,
             patched,
             patched_stamp,
+            moved: true,
             located: Some((
                 stamp,
                 BlockRef {
@@ -1385,6 +1393,7 @@ impl Store {
             replaced,
             patched: true,
             located: None,
+            moved: false,
             patched_stamp: None,
         })
     }

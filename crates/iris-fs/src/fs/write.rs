@@ -69,6 +69,24 @@ fn block_location(
     (known, known.map(|k| k.at).or_else(|| file.last_seen(block)))
 }
 
+/// After a one-block write of file block `block`, which the map knew as `known` before it:
+/// where the block is now, into `file`'s map. A write that moved the data's change stamp (a new
+/// block or length) carries the map forward to the new stamp when it was current just before
+/// (every other entry stays good: see [`FileCache::carry`]); one that did not puts the block's
+/// entry in the map at the stamp in force (unless it holds it already).
+fn note_put(file: &FileCache, block: u64, known: Option<Known>, put: &BlockPut) {
+    let Some((stamp, at)) = put.located else {
+        return;
+    };
+    if put.moved {
+        file.carry(block, stamp, at);
+    } else if known != Some(Known { stamp, at }) {
+        if let Some(e) = file.epoch(stamp) {
+            file.put(block, e, at);
+        }
+    }
+}
+
 impl Fs {
     /// The inode a one-block write to `ino` ending at `end` at time `now` starts from, and the
     /// change stamp under which its patch may be skipped: times move at the clock's coarse tick,
@@ -295,14 +313,10 @@ impl Fs {
                 Some(f) => block_location(&self.store, f, first, data_key),
                 None => (None, None),
             };
-            // After a write in place: the block's location into the map (unless it holds it).
+            // After any one-block write: where the block now is, into the map.
             let remember = |put: &BlockPut| {
-                if let (Some(f), Some((stamp, at))) = (file, put.located) {
-                    if known != Some(Known { stamp, at }) {
-                        if let Some(e) = f.epoch(stamp) {
-                            f.put(first, e, at);
-                        }
-                    }
+                if let Some(f) = file {
+                    note_put(f, first, known, put);
                 }
             };
             // One block: data, then size and times (see the module doc for why this order).
@@ -352,9 +366,7 @@ impl Fs {
                 if !put.found {
                     return Err(Errno::ENOENT);
                 }
-                if let (Some(f), Some((stamp, at))) = (file, put.located) {
-                    f.carry(first, stamp, at);
-                }
+                remember(&put);
                 self.refresh_inode_after(&inode, &put, after.get());
                 return Ok(Some(data.len()));
             } else {
@@ -386,6 +398,7 @@ impl Fs {
                         if !put.found {
                             return Err(Errno::ENOENT);
                         }
+                        remember(&put);
                         self.refresh_inode_after(&inode, &put, after.get());
                         return Ok(Some(data.len()));
                     }
@@ -435,9 +448,7 @@ impl Fs {
                 if !put.found {
                     return Err(Errno::ENOENT);
                 }
-                if let (Some(f), Some((stamp, at))) = (file, put.located) {
-                    f.carry(first, stamp, at);
-                }
+                remember(&put);
                 return Ok(Some(data.len()));
             }
         }
@@ -690,5 +701,116 @@ mod tests {
         );
         assert!(buf[..100].iter().all(|&x| x == 2) && buf[100..150].iter().all(|&x| x == 7));
         assert!(buf[150..].iter().all(|&x| x == 2));
+    }
+
+    /// A file system on a small simulated volume with one empty file; its inode number.
+    fn fs_with_file() -> (Fs, u64) {
+        let sim = Arc::new(SimMedia::new(16 << 20));
+        let opts = CreateOptions {
+            size_limit_bytes: 16 << 20,
+            initial_bytes: 16 << 20,
+            ..CreateOptions::default()
+        };
+        let boot = OpenOptions {
+            boot_id: Some(1),
+            commit_interval: None,
+        };
+        let store = Store::create_on(Box::new(sim), &opts, &boot).expect("store");
+        let fs = Fs::on_store(store).expect("fs");
+        let ino = fs
+            .open(
+                &Cred::root(),
+                ROOT_INO,
+                b"f",
+                libc::O_CREAT | libc::O_RDWR,
+                0o644,
+            )
+            .expect("create")
+            .ino;
+        (fs, ino)
+    }
+
+    #[test]
+    fn small_writes_that_grow_blocks_keep_the_rest_of_the_files_map() {
+        // A file filled by small writes at random (a sparse file, a database's pages) gives
+        // its blocks new places and lengths; each such write moves the data's stamp once, and
+        // the map must follow it, not start again (random 512 B writes into a new fio file
+        // walked the tree for almost every write).
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        // The first bytes of blocks 1 to 4: a new block each time (out of line: block 0's
+        // first 100 bytes would be kept in the tree's leaf).
+        for b in 1..5u64 {
+            let w = fs.write_file(&map, b * 4096, &[b as u8 + 1; 100]);
+            assert_eq!(w.expect("write"), Some(100));
+        }
+        let e = map.epoch_now(stamp()).expect("the map follows new blocks");
+        for b in 1..5u64 {
+            assert!(map.get(b, e).is_some(), "block {b} known after the fills");
+        }
+        // Past a block's bytes: its value grows where it is (a new length).
+        let before = stamp();
+        let w = fs.write_file(&map, 2 * 4096 + 300, &[9u8; 100]);
+        assert_eq!(w.expect("grow"), Some(100));
+        assert_ne!(stamp(), before, "the growth moved the stamp");
+        let e = map.epoch_now(stamp()).expect("the map follows a growth");
+        for b in [1u64, 3, 4] {
+            assert!(map.get(b, e).is_some(), "block {b} still known");
+        }
+        let grown = map.get(2, e).expect("the grown block known");
+        assert_eq!(grown.len(), 400);
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(
+            fs.read_file(&map, 2 * 4096, &mut buf).expect("read"),
+            Some(4096)
+        );
+        assert!(buf[..100].iter().all(|&x| x == 3));
+        assert!(buf[100..300].iter().all(|&x| x == 0));
+        assert!(buf[300..400].iter().all(|&x| x == 9));
+        assert!(buf[400..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn a_write_in_place_never_carries_the_map_over_another_writers_move() {
+        // The map may keep its entries across a stamp move only when the move was the
+        // writer's own. Here another writer (no map) copies block 1 away, then a write in
+        // place through the map (which moves nothing) sees the stamp one past the map's:
+        // the map must start again, or it would send reads of block 1 to its old place.
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        for b in 0..4u8 {
+            let w = fs.write_file(&map, u64::from(b) * 4096, &[b + 1; 4096]);
+            assert_eq!(w.expect("write"), Some(4096));
+        }
+        fs.sync().expect("commit");
+        // Block 2 copied through the map (it follows), then block 1 by the other writer.
+        assert_eq!(
+            fs.write_file(&map, 2 * 4096, &[7u8; 4096]).expect("copy"),
+            Some(4096)
+        );
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(
+            fs.read_file(&map, 4096, &mut buf).expect("read"),
+            Some(4096)
+        );
+        assert_eq!(fs.write(ino, 4096, &[8u8; 4096]).expect("other"), 4096);
+        // In place (block 2 is this generation's): nothing moves.
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        let before = stamp();
+        assert_eq!(
+            fs.write_file(&map, 2 * 4096 + 10, &[6u8; 10])
+                .expect("in place"),
+            Some(10)
+        );
+        assert_eq!(stamp(), before, "a write in place moves no stamp");
+        assert_eq!(
+            fs.read_file(&map, 4096, &mut buf).expect("read"),
+            Some(4096)
+        );
+        assert!(
+            buf.iter().all(|&x| x == 8),
+            "block 1 as the other writer left it"
+        );
     }
 }

@@ -175,6 +175,8 @@ impl Store {
             _ => false,
         };
         let ours = patch.map(|(k, _)| u64::from(txn.touches(k)));
+        // A new block or length moves the key's stamp; bytes written where they were do not.
+        let moved = located.is_some_and(|(k, _)| txn.touches(k));
         txn.commit_publish();
         let patched_stamp = patch.and_then(|(k, s0)| {
             let s1 = inner.header.change_stamp(k);
@@ -187,6 +189,7 @@ impl Store {
             replaced,
             patched,
             located: located.map(|(key, at)| (inner.header.change_stamp(key), at)),
+            moved,
             patched_stamp,
         })
     }
