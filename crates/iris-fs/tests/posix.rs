@@ -913,6 +913,45 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
 }
 
 #[test]
+fn a_read_never_sees_half_of_a_write_across_a_block_boundary() {
+    // A write of at most a block across two blocks written since the last commit changes both
+    // where they are (`Store::write_pair_in_place`), through the writer's block map; a reader
+    // in another opener, through its own map, must find each range filled by one write.
+    let (a, b) = two_openers();
+    let ino = create(&a, b"/pair");
+    let bs = 4096u64;
+    a.write(ino, 0, &vec![0u8; 8 * bs as usize]).expect("fill");
+    let ranges = [(bs - 512, bs), (3 * bs - 100, 200), (6 * bs - 4000, 4096)];
+    let (wmap, rmap) = (a.file_cache(ino), b.file_cache(ino));
+    race(
+        || {
+            for round in 1..=20_000u64 {
+                let (off, len) = ranges[(round % 3) as usize];
+                let w = a.write_file(&wmap, off, &vec![(round % 251) as u8 + 1; len as usize]);
+                assert_eq!(w.expect("overwrite"), Some(len as usize));
+            }
+        },
+        |reads| {
+            let (off, len) = ranges[(reads % 3) as usize];
+            let mut buf = vec![0u8; len as usize];
+            let n = b
+                .read_file(&rmap, off, &mut buf)
+                .expect("read")
+                .expect("not shadowed");
+            assert_eq!(n as u64, len);
+            let first = buf[0];
+            let split = (bs - off % bs) as usize;
+            assert!(
+                buf.iter().all(|&x| x == first),
+                "read {reads} of {off}+{len} saw two writes: {} before the boundary, {} after",
+                buf[0],
+                buf[split]
+            );
+        },
+    );
+}
+
+#[test]
 fn appends_of_two_openers_at_once_land_whole_one_after_another() {
     // Two openers (as two processes) append to one file at once through their block maps:
     // records of 40 to 5,000 bytes, most inside one block (written at the size each opener

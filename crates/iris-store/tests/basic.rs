@@ -1534,6 +1534,7 @@ fn writers_of_disjoint_blocks_of_one_file_patch_its_shared_record_without_losing
                                 out.fill((t * 100 + r % 100) as u8);
                                 out[..8].copy_from_slice(&(first + i as u64).to_le_bytes());
                             },
+                            |_, _| {},
                             Some(iris_store::ThenPatch {
                                 sync_expected: false,
                                 only_if_unchanged_since: None,

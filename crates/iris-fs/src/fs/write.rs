@@ -2,8 +2,10 @@
 //! inode's size and times (in the same hold of the locks): a crash in between leaves the old
 //! size, so the write is absent, never torn. The block is changed where it is when it was
 //! written since the last commit (found from the open file's block map when it knows it), else
-//! copied to a new block. Several blocks: rewritten under their partitions' locks when all were
-//! written since the last commit, else one transaction. An `O_APPEND` write inside one block is
+//! copied to a new block. At most a block across a block boundary: both pieces where they are
+//! when both blocks were written since the last commit. Several blocks: rewritten under their
+//! partitions' locks when all leaves were written since the last commit, else one transaction.
+//! Every write that moves a block keeps the open file's map in force (see `note_put`). An `O_APPEND` write inside one block is
 //! a one-block write at the size it read, made only if the inode's change stamp has not moved
 //! by the time the write holds its locks (else it reads the size again); across blocks, or after
 //! a few turns lost to other appenders, it reads the size and writes in one transaction: either
@@ -144,6 +146,7 @@ impl Fs {
     fn overwrite_blocks(
         &self,
         ino: u64,
+        file: Option<&FileCache>,
         off: u64,
         data: &[u8],
         now: i64,
@@ -170,6 +173,7 @@ impl Fs {
             )
         };
         let after = Cell::new(None);
+        let mut placed = Vec::new();
         let put = self
             .store
             .overwrite_blocks(
@@ -187,6 +191,7 @@ impl Fs {
                         iris_store::copy_bytes(&mut out[at..at + src.len()], src);
                     }
                 },
+                |i, at| placed.push((first + i as u64, at)),
                 Some(ThenPatch {
                     key: key(ino, Kind::Inode, 0),
                     unless_unchanged_since: skip,
@@ -203,6 +208,74 @@ impl Fs {
         if !put.found {
             return Err(Errno::ENOENT);
         }
+        if let (Some(f), Some((stamp, _))) = (file, put.located) {
+            // The first block carries the map to the write's stamp (see `note_put`); at that
+            // stamp the others are where they went too.
+            note_put(f, first, None, &put);
+            if let Some(e) = f.epoch_now(stamp) {
+                for &(block, at) in placed.iter().skip(1) {
+                    f.put(block, e, at);
+                }
+            }
+        }
+        self.refresh_inode_after(&inode, &put, after.get());
+        Ok(Some(Some(data.len())))
+    }
+
+    /// A write of at most a block that crosses one block boundary, through the open file's map,
+    /// when both blocks look written since the last commit: both pieces where they are, in one
+    /// hold of the locks, with the size and times (see `Store::write_pair_in_place`). `None`
+    /// when it does not apply: the caller writes another way. [`Fs::overwrite_blocks`] would
+    /// copy both blocks whole into new ones: fio's unaligned 4 KiB random writes spent 39 % of
+    /// their time in that copy.
+    fn write_across_in_place(
+        &self,
+        ino: u64,
+        file: &FileCache,
+        off: u64,
+        data: &[u8],
+        now: i64,
+        honor_shadow: bool,
+    ) -> FsResult<Option<Option<usize>>> {
+        let bs = self.block_size;
+        let first = off / bs;
+        let split = ((first + 1) * bs - off) as usize;
+        let end = off + data.len() as u64;
+        let mut known = [None; 2];
+        for (i, block) in [first, first + 1].into_iter().enumerate() {
+            let (k, seen) = block_location(&self.store, file, block, key(ino, Kind::Data, block));
+            if !seen.is_some_and(|at| self.store.looks_fresh(at)) {
+                return Ok(None);
+            }
+            known[i] = k;
+        }
+        let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
+            return Ok(Some(None));
+        };
+        let after = Cell::new(None);
+        let put = self.store.write_pair_in_place(
+            (
+                key(ino, Kind::Data, first),
+                (off - first * bs) as usize,
+                &data[..split],
+                known[0],
+            ),
+            (key(ino, Kind::Data, first + 1), &data[split..], known[1]),
+            Some(ThenPatch {
+                key: key(ino, Kind::Inode, 0),
+                unless_unchanged_since: skip,
+                patch: size_and_times(ino, end, now, &after),
+                sync_expected: false,
+                only_if_unchanged_since: None,
+            }),
+        )?;
+        let Some(put) = put else {
+            return Ok(None);
+        };
+        if !put.found {
+            return Err(Errno::ENOENT);
+        }
+        note_put(file, first + 1, known[1], &put);
         self.refresh_inode_after(&inode, &put, after.get());
         Ok(Some(Some(data.len())))
     }
@@ -452,7 +525,16 @@ impl Fs {
                 return Ok(Some(data.len()));
             }
         }
-        if let Some(done) = self.overwrite_blocks(ino, off, data, now, honor_shadow)? {
+        if let Some(f) = file.filter(|_| last == first + 1 && data.len() as u64 <= bs) {
+            if !sync_expected {
+                if let Some(done) =
+                    self.write_across_in_place(ino, f, off, data, now, honor_shadow)?
+                {
+                    return Ok(done);
+                }
+            }
+        }
+        if let Some(done) = self.overwrite_blocks(ino, file, off, data, now, honor_shadow)? {
             return Ok(done);
         }
         hold_range();
@@ -769,6 +851,91 @@ mod tests {
         assert!(buf[100..300].iter().all(|&x| x == 0));
         assert!(buf[300..400].iter().all(|&x| x == 9));
         assert!(buf[400..].iter().all(|&x| x == 0));
+    }
+
+    /// Fill blocks `0..n` of the map's file, block `b` with bytes `b + 1`, then read each
+    /// through the map (which then knows them all).
+    fn fill_blocks(fs: &Fs, map: &crate::cache::FileCache, n: u64) {
+        for b in 0..n {
+            let w = fs.write_file(map, b * 4096, &[b as u8 + 1; 4096]);
+            assert_eq!(w.expect("write"), Some(4096));
+        }
+        let mut buf = vec![0u8; 4096];
+        for b in 0..n {
+            assert_eq!(
+                fs.read_file(map, b * 4096, &mut buf).expect("read"),
+                Some(4096)
+            );
+        }
+    }
+
+    #[test]
+    fn a_small_write_across_two_blocks_of_this_generation_changes_them_where_they_are() {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        fill_blocks(&fs, &map, 4);
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        let e = map.epoch_now(stamp()).expect("in force");
+        let (b1, b2) = (map.get(1, e).expect("1"), map.get(2, e).expect("2"));
+        let before = stamp();
+        // 4 KiB from 512 bytes before the end of block 1.
+        let w = fs.write_file(&map, 2 * 4096 - 512, &[0xAB; 4096]);
+        assert_eq!(w.expect("write"), Some(4096));
+        assert_eq!(stamp(), before, "no block moved");
+        let e = map.epoch_now(stamp()).expect("still in force");
+        assert_eq!(map.get(1, e), Some(b1), "block 1 where it was");
+        assert_eq!(map.get(2, e), Some(b2), "block 2 where it was");
+        let mut buf = vec![0u8; 4 * 4096];
+        assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 4 * 4096);
+        let want = |i: usize| match i {
+            i if i < 2 * 4096 - 512 => (i / 4096) as u8 + 1,
+            i if i < 3 * 4096 - 512 => 0xAB,
+            i => (i / 4096) as u8 + 1,
+        };
+        assert!((0..buf.len()).all(|i| buf[i] == want(i)));
+    }
+
+    #[test]
+    fn an_overwrite_of_several_blocks_keeps_the_rest_of_the_files_map() {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        fill_blocks(&fs, &map, 6);
+        fs.sync().expect("commit");
+        // A copy of block 5 makes the leaf this generation's; blocks 1 and 2 stay the last
+        // commit's, so a write across them copies both (`Store::overwrite_blocks`).
+        assert_eq!(
+            fs.write_file(&map, 5 * 4096, &[9u8; 4096]).expect("copy"),
+            Some(4096)
+        );
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        let e = map.epoch_now(stamp()).expect("in force after the copy");
+        let (b0, b1) = (map.get(0, e).expect("0"), map.get(1, e).expect("1"));
+        let before = stamp();
+        let w = fs.write_file(&map, 4096 + 100, &[0xCD; 4096]);
+        assert_eq!(w.expect("write"), Some(4096));
+        assert_eq!(stamp(), before + 1, "one move for the write");
+        let e = map
+            .epoch_now(stamp())
+            .expect("the map follows the overwrite");
+        assert_eq!(map.get(0, e), Some(b0), "untouched blocks stay known");
+        for b in [3u64, 4, 5] {
+            assert!(map.get(b, e).is_some(), "block {b} stays known");
+        }
+        assert_ne!(map.get(1, e).expect("1 known"), b1, "block 1 was copied");
+        assert!(map.get(2, e).is_some(), "block 2 known where it went");
+        let mut buf = vec![0u8; 3 * 4096];
+        assert_eq!(
+            fs.read_file(&map, 4096, &mut buf[..4096]).expect("read"),
+            Some(4096)
+        );
+        assert_eq!(
+            fs.read_file(&map, 2 * 4096, &mut buf[4096..8192])
+                .expect("read"),
+            Some(4096)
+        );
+        assert!(buf[..100].iter().all(|&x| x == 2));
+        assert!(buf[100..4196].iter().all(|&x| x == 0xCD));
+        assert!(buf[4196..8192].iter().all(|&x| x == 3));
     }
 
     #[test]

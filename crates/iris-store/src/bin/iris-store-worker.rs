@@ -56,6 +56,7 @@ fn write_group(store: &Store, prefix: u64, g: u64, r: u64) -> Result<bool, Strin
             &keys,
             |_, len| len == 4096,
             |j, _old, out| out.copy_from_slice(&block(prefix, keys[j].lo, r)),
+            |_, _| {},
             none,
         )
         .map_err(|e| e.to_string())?;

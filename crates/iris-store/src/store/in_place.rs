@@ -314,6 +314,91 @@ impl Store {
         }
     }
 
+    /// The two pieces of a write across a block boundary, each where it lies: `first.2` at
+    /// byte `first.1` of the out-of-line value of key `first.0`, `second.2` at byte 0 of
+    /// `second.0`'s (keys sharing a change stamp, as one file's blocks do; each piece at most
+    /// 4 KiB, inside its value, in a data block written since the last commit; a [`Known`]
+    /// location, if given, spares the look at the tree), in one hold of the keys' partition
+    /// locks, then the patch `then` describes. Readers see both pieces or neither: the
+    /// partitions' write marks stay odd across both copies. A process killed between them
+    /// leaves the first one written, as the kernel's copy page by page does, and never part of
+    /// a piece (see `undo`). `None`: nothing written; the caller writes another way.
+    pub fn write_pair_in_place(
+        &self,
+        first: (Key, usize, &[u8], Option<Known>),
+        second: (Key, &[u8], Option<Known>),
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
+    ) -> Result<Option<BlockPut>> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let pieces = [
+            (first.0, first.1, first.2, first.3),
+            (second.0, 0, second.1, second.2),
+        ];
+        let same_stamp =
+            crate::header::stamp_bucket(first.0) == crate::header::stamp_bucket(second.0);
+        if !same_stamp
+            || pieces
+                .iter()
+                .any(|(_, _, d, _)| d.len() as u64 > crate::undo::UNDO_MAX_BYTES)
+        {
+            return Ok(None);
+        }
+        let (mut held, patch_bit) = super::in_place_partitions(first.0, &then);
+        held |= 1 << partition_of(second.0);
+        let mut then = then;
+        loop {
+            let Some(_guards) = super::overwrite::lock_partitions(inner, held)? else {
+                return Ok(None);
+            };
+            let mut txn = Txn::begin_in(inner.cx(), u64::from(held.trailing_zeros()));
+            let mut at = [BlockRef { block: 0, len: 0 }; 2];
+            for (i, (key, offset, data, known)) in pieces.iter().enumerate() {
+                at[i] = match known {
+                    Some(k)
+                        if inner.header.change_stamp(*key) == k.stamp
+                            && inner.alloc.is_fresh(k.at.block) =>
+                    {
+                        k.at
+                    }
+                    _ => {
+                        let spot = inner.locate_in_place(&txn, *key)?;
+                        match txn.value_at(&spot)? {
+                            Some(Val::Block { block, len, gen })
+                                if gen == inner.header.working_gen() =>
+                            {
+                                BlockRef { block, len }
+                            }
+                            _ => return Ok(None),
+                        }
+                    }
+                };
+                if offset + data.len() > at[i].len as usize {
+                    return Ok(None);
+                }
+            }
+            let Some((start, plan)) = Self::plan_then(inner, &txn, held, &mut then, true)? else {
+                if held & patch_bit == 0 {
+                    held |= patch_bit;
+                    continue;
+                }
+                return Ok(None);
+            };
+            // The bytes change where readers may be copying them: they read again (see `View`).
+            let _in_place = inner.header.in_place(held);
+            for (i, (key, offset, data, _)) in pieces.iter().enumerate() {
+                inner
+                    .undo
+                    .write(partition_of(*key), at[i].block, *offset as u64, data);
+            }
+            inner.latency.on_write(2);
+            // (Both keys share a stamp: one names the write's generation for both.)
+            txn.note_written_in_place(second.0);
+            let located = Some((second.0, at[1]));
+            return Self::finish_in_place(inner, &mut txn, located, start, &plan, true).map(Some);
+        }
+    }
+
     /// [`Store::write_in_place`] holding the locks of the partitions in `held` (`p`, the key's,
     /// among them).
     #[allow(clippy::too_many_arguments)]

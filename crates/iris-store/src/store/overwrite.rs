@@ -23,12 +23,16 @@ impl Store {
     /// locks of the partitions of `keys` and of the patched key. It applies when every key holds
     /// an out-of-line value in a leaf private to the working tree (written since the last
     /// commit) and `fits(i, length)` accepts its length. A process killed meanwhile leaves all
-    /// the new values or none. `None`: nothing was done; the caller writes another way.
+    /// the new values or none. `placed(i, at)` hears where each value went, under the locks;
+    /// the result's `located` names the first key's (with the stamp right after the write,
+    /// which moved it: see [`BlockPut::moved`]). `None`: nothing was done; the caller writes
+    /// another way.
     pub fn overwrite_blocks(
         &self,
         keys: &[Key],
         fits: impl Fn(usize, u32) -> bool,
         mut fill: impl FnMut(usize, &[u8], &mut [u8]),
+        mut placed: impl FnMut(usize, BlockRef),
         then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
     ) -> Result<Option<BlockPut>> {
         let inner = &*self.inner;
@@ -131,7 +135,15 @@ impl Store {
             // Referenced by nothing, read by no reader: free at once.
             inner.alloc.free_now(b);
         }
-        Self::finish_in_place(inner, &mut txn, None, start, &plan, true).map(Some)
+        let at = |i: usize| BlockRef {
+            block: fresh[i],
+            len: olds[i].2,
+        };
+        for i in 0..keys.len() {
+            placed(i, at(i));
+        }
+        let first = Some((keys[0], at(0)));
+        Self::finish_in_place(inner, &mut txn, first, start, &plan, true).map(Some)
     }
 }
 
