@@ -913,6 +913,51 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
 }
 
 #[test]
+fn reads_across_a_block_boundary_through_the_map_read_what_is_there() {
+    // A read across two blocks the open file's map knows (a SQLite WAL's page reads all
+    // cross one) copies from both without a walk down the tree: what the second block holds,
+    // zeros past its value's end and past the file's, nothing past the size.
+    let fs = fs();
+    let ino = create(&fs, b"/across");
+    let bs = 4096u64;
+    fs.write(ino, 0, &vec![1u8; bs as usize]).expect("block 0");
+    fs.write(ino, bs, &[2u8; 100]).expect("block 1, short");
+    fs.truncate(ino, 3 * bs).expect("extend");
+    let map = fs.file_cache(ino);
+    let mut buf = vec![0xEEu8; bs as usize];
+    // Twice: the first reads teach the map, the second are served from it.
+    for _ in 0..2 {
+        for b in 0..3 {
+            assert_eq!(
+                fs.read_file(&map, b * bs, &mut buf).expect("read"),
+                Some(bs as usize)
+            );
+        }
+        buf.fill(0xEE);
+        let n = fs
+            .read_file(&map, bs / 2, &mut buf)
+            .expect("read")
+            .expect("not shadowed");
+        assert_eq!(n, bs as usize);
+        assert!(buf[..2048].iter().all(|&x| x == 1));
+        assert!(buf[2048..2148].iter().all(|&x| x == 2));
+        assert!(buf[2148..].iter().all(|&x| x == 0));
+        // Across the boundary into the hole after block 1, and up to the end of the file.
+        buf.fill(0xEE);
+        let n = fs
+            .read_file(&map, 3 * bs - 10, &mut buf)
+            .expect("read")
+            .expect("not shadowed");
+        assert_eq!(n, 10, "nothing past the size");
+        assert!(buf[..10].iter().all(|&x| x == 0));
+        assert!(
+            buf[10..].iter().all(|&x| x == 0xEE),
+            "nothing written past the size"
+        );
+    }
+}
+
+#[test]
 fn a_read_never_sees_half_of_a_write_across_a_block_boundary() {
     // A write of at most a block across two blocks written since the last commit changes both
     // where they are (`Store::write_pair_in_place`), through the writer's block map; a reader

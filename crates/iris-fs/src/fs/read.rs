@@ -56,20 +56,22 @@ impl Fs {
         self.read_impl(file.ino(), off, buf, true, Some(file))
     }
 
-    /// A read inside one block that the file's map knows, with the inode's record in the cache,
-    /// made without a read section (see `Store::read_known`): the copy counts only if the
-    /// inode's and the data's stamps and the block's write marks read afterwards what they
-    /// read before. `None` when something is not known or moved: the caller reads the usual
-    /// way.
+    /// A read inside one block, or across one block boundary, that the file's map knows, with
+    /// the inode's record in the cache, made without a read section (see `Store::read_known`):
+    /// the copy counts only if the inode's and the data's stamps and the blocks' write marks
+    /// read afterwards what they read before. `None` when something is not known or moved: the
+    /// caller reads the usual way. (Reads across a boundary are common: a SQLite WAL's frames
+    /// are 24 bytes longer than a page, so every page read from the log crosses one.)
     fn read_known(&self, file: &FileCache, off: u64, buf: &mut [u8]) -> Option<usize> {
         let bs = self.block_size;
         let block = off >> bs.trailing_zeros();
         let in_block = (off & (bs - 1)) as usize;
-        if buf.is_empty() || in_block + buf.len() > bs as usize {
+        if buf.is_empty() || in_block + buf.len() > 2 * bs as usize {
             return None;
         }
         let ino = file.ino();
         let (ikey, dkey) = (key(ino, Kind::Inode, 0), key(ino, Kind::Data, block));
+        let next = key(ino, Kind::Data, block + 1);
         self.store.read_known(|v| {
             let stamp = v.change_stamp(ikey);
             let data_stamp = v.change_stamp(dkey);
@@ -78,15 +80,21 @@ impl Fs {
                 return None;
             }
             let n = (buf.len() as u64).min(inode.size - off) as usize;
-            let at = file.get(block, file.epoch_now(data_stamp)?)?;
-            let marks = v.in_place_marks(std::iter::once(dkey))?;
-            let bytes = v.block_bytes(at).ok()?;
-            let have = bytes.len().saturating_sub(in_block).min(n);
-            if have > 0 {
-                iris_store::copy_bytes(&mut buf[..have], &bytes[in_block..in_block + have]);
-            }
-            if have < n {
-                buf[have..n].fill(0);
+            let e = file.epoch_now(data_stamp)?;
+            // The part in the first block, and what follows in the next one.
+            let head = n.min(bs as usize - in_block);
+            let at = file.get(block, e)?;
+            let second = if n > head {
+                Some(file.get(block + 1, e)?)
+            } else {
+                None
+            };
+            let keys = [dkey, next];
+            let marks = v.in_place_marks(keys.into_iter().take(1 + usize::from(n > head)))?;
+            let (first_out, rest_out) = buf[..n].split_at_mut(head);
+            copy_piece(v.block_bytes(at).ok()?, in_block, first_out);
+            if let Some(at) = second {
+                copy_piece(v.block_bytes(at).ok()?, 0, rest_out);
             }
             (v.unchanged_since(&marks)
                 && v.change_stamp(dkey) == data_stamp
@@ -231,5 +239,17 @@ impl Fs {
                 finish(Ok(Some(n)))
             })
             .map_err(store_err)
+    }
+}
+
+/// Copy `out.len()` bytes of a block's value from byte `from` into `out`: zeros past the
+/// value's end (a file extended by truncate, a block's unwritten tail).
+fn copy_piece(value: &[u8], from: usize, out: &mut [u8]) {
+    let have = value.len().saturating_sub(from).min(out.len());
+    if have > 0 {
+        iris_store::copy_bytes(&mut out[..have], &value[from..from + have]);
+    }
+    if have < out.len() {
+        out[have..].fill(0);
     }
 }

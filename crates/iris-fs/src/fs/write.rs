@@ -253,6 +253,7 @@ impl Fs {
             return Ok(Some(None));
         };
         let after = Cell::new(None);
+        let mut placed = [None; 2];
         let put = self.store.write_pair_in_place(
             (
                 key(ino, Kind::Data, first),
@@ -261,6 +262,7 @@ impl Fs {
                 known[0],
             ),
             (key(ino, Kind::Data, first + 1), &data[split..], known[1]),
+            |i, at| placed[i] = Some(at),
             Some(ThenPatch {
                 key: key(ino, Kind::Inode, 0),
                 unless_unchanged_since: skip,
@@ -276,6 +278,12 @@ impl Fs {
             return Err(Errno::ENOENT);
         }
         note_put(file, first + 1, known[1], &put);
+        // The first block, if the map did not know it, where the write found it.
+        if let (None, Some(at), Some((stamp, _))) = (known[0], placed[0], put.located) {
+            if let Some(e) = file.epoch_now(stamp) {
+                file.put(first, e, at);
+            }
+        }
         self.refresh_inode_after(&inode, &put, after.get());
         Ok(Some(Some(data.len())))
     }

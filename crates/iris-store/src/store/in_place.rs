@@ -322,11 +322,14 @@ impl Store {
     /// locks, then the patch `then` describes. Readers see both pieces or neither: the
     /// partitions' write marks stay odd across both copies. A process killed between them
     /// leaves the first one written, as the kernel's copy page by page does, and never part of
-    /// a piece (see `undo`). `None`: nothing written; the caller writes another way.
+    /// a piece (see `undo`). `placed(i, at)` hears where piece `i`'s value is, under the locks
+    /// (the result's `located` names the second's). `None`: nothing written; the caller writes
+    /// another way.
     pub fn write_pair_in_place(
         &self,
         first: (Key, usize, &[u8], Option<Known>),
         second: (Key, &[u8], Option<Known>),
+        mut placed: impl FnMut(usize, BlockRef),
         then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
     ) -> Result<Option<BlockPut>> {
         let inner = &*self.inner;
@@ -392,6 +395,8 @@ impl Store {
                     .write(partition_of(*key), at[i].block, *offset as u64, data);
             }
             inner.latency.on_write(2);
+            placed(0, at[0]);
+            placed(1, at[1]);
             // (Both keys share a stamp: one names the write's generation for both.)
             txn.note_written_in_place(second.0);
             let located = Some((second.0, at[1]));
