@@ -340,6 +340,60 @@ fn whole_block_writes_in_place_are_whole_or_absent_after_kill_9() {
 }
 
 #[test]
+fn pairs_written_in_place_are_whole_per_piece_after_kill_9() {
+    // A write of two pieces in place (`Store::write_pair_in_place`: the end of one block and
+    // the start of the next) by a writer killed at any instant: each piece is whole, of one
+    // round (its redo record finishes it), and no older than the last acknowledged round.
+    let path = volume("pair");
+    let keys = 16;
+    let survivor = worker(&path, "pairer", 1, keys);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+    for round in 0..30u64 {
+        let prefix = 4000 + round;
+        let victim = worker(&path, "pairer", prefix, keys);
+        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
+        let acked = victim.kill();
+        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
+        for i in 0..if acked.is_some() { keys } else { 0 } {
+            s.get_with(Key::new(prefix, i), |v| {
+                let mut rounds = [0u64; 8];
+                for c in 0..8u64 {
+                    let part = &v[(c * 512) as usize..(c as usize + 1) * 512];
+                    let r = u64::from_le_bytes(part[..8].try_into().expect("8 bytes"));
+                    assert_eq!(
+                        part,
+                        chunk(prefix, i, r, c).as_slice(),
+                        "key {i} chunk {c} torn"
+                    );
+                    assert!(
+                        acked.is_some_and(|a| r >= a),
+                        "key {i} chunk {c} at round {r}, acked {acked:?}"
+                    );
+                    rounds[c as usize] = r;
+                }
+                // The paired piece: chunks 4-7 of an even key, 0-3 of an odd one.
+                let paired = if i % 2 == 0 {
+                    &rounds[4..]
+                } else {
+                    &rounds[..4]
+                };
+                assert!(
+                    paired.iter().all(|&r| r == paired[0]),
+                    "key {i}: a piece of several rounds {paired:?}"
+                );
+            })
+            .expect("get")
+            .expect("present");
+        }
+        assert_no_leak(&s, &path, round);
+    }
+    assert!(
+        survivor.kill().is_some_and(|a| a > 0),
+        "the survivor made no progress"
+    );
+}
+
+#[test]
 fn small_writes_in_place_are_whole_or_absent_after_kill_9() {
     let path = volume("patch");
     let keys = 16;

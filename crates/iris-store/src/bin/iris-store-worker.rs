@@ -11,6 +11,10 @@
 //!   key, found in the tree for the rest); prints `acked R` after each round's commit.
 //! - `patcher VOLUME PREFIX KEYS`: like `overwriter`, but each round rewrites every key in eight
 //!   512-byte writes (in place when the store allows, else by copying the block; see [`chunk`]).
+//! - `pairer VOLUME PREFIX KEYS`: the patcher's keys (KEYS even); every round writes the first
+//!   half of each key (chunks 0-3) and the second half of each odd key as the patcher does,
+//!   then, for each even key i, chunks 4-7 of i and chunks 0-3 of i + 1 as one write of a pair
+//!   in place (`Store::write_pair_in_place`; else both copied), commits, and prints `acked R`.
 //! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight (`$IRIS_GROUP`) whole-block keys, each key of a
 //!   group in another 1 MiB region (so in several writer partitions); every round writes each
 //!   group twice, as one atomic write of its eight blocks (`Store::overwrite_blocks`, which
@@ -296,6 +300,79 @@ fn run() -> Result<(), String> {
                                 .map_err(|e| e.to_string())?;
                         }
                     }
+                }
+                store.commit().map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {r}"))?;
+                r += 1;
+            }
+        }
+        "pairer" => {
+            let keys = num(&args, 4)? & !1;
+            let piece = |i: u64, r: u64, chunks: std::ops::Range<u64>| -> Vec<u8> {
+                chunks.flat_map(|c| chunk(prefix, i, r, c)).collect()
+            };
+            for i in 0..keys {
+                let v = piece(i, 0, 0..8);
+                store
+                    .put_block(Key::new(prefix, i), v.len(), |out| out.copy_from_slice(&v))
+                    .map_err(|e| e.to_string())?;
+            }
+            store.commit().map_err(|e| e.to_string())?;
+            say(&mut out, "acked 0")?;
+            // Bytes `data` at `at` of key `i`: in place, else by copying the block.
+            let write = |i: u64, at: usize, data: &[u8]| -> Result<(), String> {
+                let k = Key::new(prefix, i);
+                let none = None::<iris_store::NoPatch>;
+                let done = store
+                    .write_in_place(k, at, data, none, None)
+                    .map_err(|e| e.to_string())?;
+                if done.is_none() {
+                    store
+                        .put_sized(
+                            k,
+                            |old| old.unwrap_or(4096),
+                            |old, out| {
+                                if let Some(o) = old {
+                                    out.copy_from_slice(o);
+                                }
+                                out[at..at + data.len()].copy_from_slice(data);
+                            },
+                        )
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            };
+            let mut r = 1u64;
+            loop {
+                // Each block copied once (the last commit's), so the pairs can go in place.
+                for i in 0..keys {
+                    if i % 2 == 0 {
+                        write(i, 0, &piece(i, r, 0..4))?;
+                    } else {
+                        write(i, 2048, &piece(i, r, 4..8))?;
+                    }
+                }
+                let mut paired = 0u64;
+                for i in (0..keys).step_by(2) {
+                    let (tail, head) = (piece(i, r, 4..8), piece(i + 1, r, 0..4));
+                    let none = None::<iris_store::NoPatch>;
+                    let done = store
+                        .write_pair_in_place(
+                            (Key::new(prefix, i), 2048, &tail, None),
+                            (Key::new(prefix, i + 1), &head, None),
+                            |_, _| {},
+                            none,
+                        )
+                        .map_err(|e| e.to_string())?;
+                    if done.is_some() {
+                        paired += 1;
+                    } else {
+                        write(i, 2048, &tail)?;
+                        write(i + 1, 0, &head)?;
+                    }
+                }
+                if paired == 0 {
+                    return Err("no pair of the round was written in place".into());
                 }
                 store.commit().map_err(|e| e.to_string())?;
                 say(&mut out, &format!("acked {r}"))?;
