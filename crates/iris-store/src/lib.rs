@@ -34,7 +34,7 @@ pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
     kernel_boot_id, BlockPut, BlockRef, CreateOptions, Known, KnownView, Located, NoPatch, Op,
-    OpenOptions, Patch, Prepared, SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx,
+    OpenOptions, Patch, Places, Prepared, SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx,
     VerifyReport, View, WriteMarks,
 };
 pub use stream::copy_streaming;

@@ -41,7 +41,7 @@ mod view;
 
 pub use prepared::Prepared;
 pub use snapshot::SnapshotView;
-pub use tx::Tx;
+pub use tx::{Places, Tx};
 pub use view::{KnownView, View, WriteMarks};
 
 /// How to create a volume.

@@ -373,6 +373,18 @@ impl Fs {
         self.store.transact(|tx| f(tx)).map_err(unwrap_abort)
     }
 
+    /// [`Fs::tx`], then where each of `keys` lives once it is published (see
+    /// `Store::transact_locating`).
+    pub(crate) fn tx_locating<R>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, '_>) -> TxResult<R>,
+        keys: &[Key],
+    ) -> FsResult<(R, iris_store::Places)> {
+        self.store
+            .transact_locating(|tx| f(tx), keys)
+            .map_err(unwrap_abort)
+    }
+
     /// Metadata of `ino`.
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
         self.store

@@ -89,6 +89,31 @@ fn note_put(file: &FileCache, block: u64, known: Option<Known>, put: &BlockPut) 
     }
 }
 
+/// Blocks of a write's transaction whose new places its open file's map learns (see
+/// `Store::transact_locating`): 64 KiB of 4 KiB blocks.
+const LOCATED_BLOCKS: u64 = 16;
+
+/// After a transaction that wrote file blocks `first..` (moving the data's change stamp once):
+/// the map carried to the stamp by the first block's new place (see [`FileCache::carry`]), and
+/// the others' places put at that stamp.
+fn carry_places(file: &FileCache, first: u64, places: &[(u64, Option<BlockRef>)]) {
+    let Some((i, stamp, at)) = places
+        .iter()
+        .enumerate()
+        .find_map(|(i, (stamp, at))| at.map(|at| (i, *stamp, at)))
+    else {
+        return;
+    };
+    file.carry(first + i as u64, stamp, at);
+    if let Some(e) = file.epoch_now(stamp) {
+        for (j, (s, at)) in places.iter().enumerate().skip(i + 1) {
+            if let (true, Some(at)) = (*s == stamp, at) {
+                file.put(first + j as u64, e, *at);
+            }
+        }
+    }
+}
+
 impl Fs {
     /// The inode a one-block write to `ino` ending at `end` at time `now` starts from, and the
     /// change stamp under which its patch may be skipped: times move at the clock's coarse tick,
@@ -560,63 +585,77 @@ impl Fs {
         } else {
             None
         };
-        let written = self.tx(|tx| {
-            let mut i = get_inode_tx(tx, ino)?;
-            if honor_shadow && i.is_shadowed() {
-                return Ok(false);
+        // Where the blocks went, for the open file's map (each costs a look down the tree under
+        // the locks: for writes of a few blocks only; a longer one leaves the map to relearn).
+        let keys: Vec<Key> = match file {
+            Some(_) if last - first < LOCATED_BLOCKS => {
+                (first..=last).map(|b| key(ino, Kind::Data, b)).collect()
             }
-            let mut added = 0u64;
-            for block in first..=last {
-                let bstart = block * bs;
-                let from = off.max(bstart);
-                let to = end.min(bstart + bs);
-                let in_block = (from - bstart) as usize;
-                let src = &data[(from - off) as usize..(to - off) as usize];
-                let k = key(ino, Kind::Data, block);
-                if in_block == 0 && src.len() == bs as usize {
-                    let j = (block - first_whole) as usize;
-                    let put = match &prepared {
-                        Some(p) if j < p.len() => tx.put_prepared(k, p, j)?,
-                        _ => None,
-                    };
-                    let replaced = match put {
-                        Some(replaced) => replaced,
-                        // Not prepared (or freed by an aborted attempt): copied here.
-                        None => tx.put(k, src)?,
-                    };
-                    if !replaced {
-                        added += 1;
-                    }
-                } else {
-                    let old_len = tx.get_with(k, |v| v.len())?;
-                    if old_len.is_none() {
-                        added += 1;
-                    }
-                    let new_len = old_len.unwrap_or(0).max(in_block + src.len());
-                    let fill = |old: Option<&[u8]>, out: &mut [u8]| {
-                        let have = old.map_or(0, |o| o.len().min(new_len));
-                        if let Some(o) = old {
-                            iris_store::copy_bytes(&mut out[..have], &o[..have]);
+            _ => Vec::new(),
+        };
+        let (written, places) = self.tx_locating(
+            |tx| {
+                let mut i = get_inode_tx(tx, ino)?;
+                if honor_shadow && i.is_shadowed() {
+                    return Ok(false);
+                }
+                let mut added = 0u64;
+                for block in first..=last {
+                    let bstart = block * bs;
+                    let from = off.max(bstart);
+                    let to = end.min(bstart + bs);
+                    let in_block = (from - bstart) as usize;
+                    let src = &data[(from - off) as usize..(to - off) as usize];
+                    let k = key(ino, Kind::Data, block);
+                    if in_block == 0 && src.len() == bs as usize {
+                        let j = (block - first_whole) as usize;
+                        let put = match &prepared {
+                            Some(p) if j < p.len() => tx.put_prepared(k, p, j)?,
+                            _ => None,
+                        };
+                        let replaced = match put {
+                            Some(replaced) => replaced,
+                            // Not prepared (or freed by an aborted attempt): copied here.
+                            None => tx.put(k, src)?,
+                        };
+                        if !replaced {
+                            added += 1;
                         }
-                        out[have..].fill(0);
-                        iris_store::copy_bytes(&mut out[in_block..in_block + src.len()], src);
-                    };
-                    if old_len.is_none() && block > 0 && block == last && bstart >= i.size {
-                        // A new last block: out of line, so the appends that follow go into
-                        // its tail in place (see the one-block case above).
-                        tx.put_growing_with(k, new_len, fill)?;
                     } else {
-                        tx.put_with(k, new_len, fill)?;
+                        let old_len = tx.get_with(k, |v| v.len())?;
+                        if old_len.is_none() {
+                            added += 1;
+                        }
+                        let new_len = old_len.unwrap_or(0).max(in_block + src.len());
+                        let fill = |old: Option<&[u8]>, out: &mut [u8]| {
+                            let have = old.map_or(0, |o| o.len().min(new_len));
+                            if let Some(o) = old {
+                                iris_store::copy_bytes(&mut out[..have], &o[..have]);
+                            }
+                            out[have..].fill(0);
+                            iris_store::copy_bytes(&mut out[in_block..in_block + src.len()], src);
+                        };
+                        if old_len.is_none() && block > 0 && block == last && bstart >= i.size {
+                            // A new last block: out of line, so the appends that follow go into
+                            // its tail in place (see the one-block case above).
+                            tx.put_growing_with(k, new_len, fill)?;
+                        } else {
+                            tx.put_with(k, new_len, fill)?;
+                        }
                     }
                 }
-            }
-            i.size = i.size.max(end);
-            i.mtime_ns = now;
-            i.ctime_ns = now;
-            i.blocks += added;
-            put_inode_tx(tx, &i)?;
-            Ok(true)
-        })?;
+                i.size = i.size.max(end);
+                i.mtime_ns = now;
+                i.ctime_ns = now;
+                i.blocks += added;
+                put_inode_tx(tx, &i)?;
+                Ok(true)
+            },
+            &keys,
+        )?;
+        if let (Some(f), true) = (file, written) {
+            carry_places(f, first, &places);
+        }
         Ok(written.then_some(data.len()))
     }
 
@@ -944,6 +983,47 @@ mod tests {
         assert!(buf[..100].iter().all(|&x| x == 2));
         assert!(buf[100..4196].iter().all(|&x| x == 0xCD));
         assert!(buf[4196..8192].iter().all(|&x| x == 3));
+    }
+
+    #[test]
+    fn a_transaction_over_committed_blocks_keeps_the_rest_of_the_files_map() {
+        // Right after a commit, leaves and blocks are the commit's: a write across two blocks
+        // is a transaction, which moves the data's stamp once; the map follows it.
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        fill_blocks(&fs, &map, 6);
+        fs.sync().expect("commit");
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        let e = map.epoch_now(stamp()).expect("in force");
+        let (b0, b1) = (map.get(0, e).expect("0"), map.get(1, e).expect("1"));
+        let before = stamp();
+        let w = fs.write_file(&map, 4096 + 100, &[0xCD; 4096]);
+        assert_eq!(w.expect("write"), Some(4096));
+        assert_eq!(stamp(), before + 1, "one move for the write");
+        let e = map
+            .epoch_now(stamp())
+            .expect("the map follows the transaction");
+        assert_eq!(map.get(0, e), Some(b0), "untouched blocks stay known");
+        for b in [3u64, 4, 5] {
+            assert!(map.get(b, e).is_some(), "block {b} stays known");
+        }
+        assert_ne!(map.get(1, e).expect("1 known"), b1, "block 1 was copied");
+        assert!(map.get(2, e).is_some(), "block 2 known where it went");
+        let mut buf = vec![0u8; 4096];
+        for (b, want) in [(1u64, 2u8), (2, 3)] {
+            assert_eq!(
+                fs.read_file(&map, b * 4096, &mut buf).expect("read"),
+                Some(4096)
+            );
+            let from = if b == 1 { 100 } else { 0 };
+            let to = if b == 1 { 4096 } else { 100 };
+            assert!(
+                buf[from..to].iter().all(|&x| x == 0xCD),
+                "block {b} written"
+            );
+            let rest = if b == 1 { &buf[..100] } else { &buf[100..] };
+            assert!(rest.iter().all(|&x| x == want), "block {b} kept");
+        }
     }
 
     #[test]

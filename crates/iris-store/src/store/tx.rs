@@ -10,7 +10,7 @@ use crate::layout::MAX_BLOCK_SIZE;
 use crate::node::{Node, Val};
 use crate::tree::Txn;
 
-use super::{Inner, Store};
+use super::{BlockRef, Inner, Store};
 
 /// An open transaction (see [`Store::transact`]). Holds the volume lock.
 pub struct Tx<'s, 'c> {
@@ -19,6 +19,10 @@ pub struct Tx<'s, 'c> {
     /// This attempt's number, unique in the process (see `prepared`).
     pub(super) attempt: u64,
 }
+
+/// Where each key a [`Store::transact_locating`] asked about lives after the publish: its
+/// change stamp, and its block when its value is out of line.
+pub type Places = Vec<(u64, Option<BlockRef>)>;
 
 /// Numbers for transaction attempts.
 static ATTEMPTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -154,7 +158,19 @@ impl Store {
     /// Run `f` as one atomic transaction: its reads see its own writes, other processes see all
     /// of its writes or none, and so does the volume after any crash. `f` may run twice: once more
     /// after a commit frees space, if the first run ran out of it.
-    pub fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_, '_>) -> Result<R>) -> Result<R> {
+    pub fn transact<R>(&self, f: impl FnMut(&mut Tx<'_, '_>) -> Result<R>) -> Result<R> {
+        self.transact_locating(f, &[]).map(|(r, _)| r)
+    }
+
+    /// [`Store::transact`], then, still holding every lock after the publish, where each of
+    /// `keys` lives now: its change stamp and, for an out-of-line value, its block. A caller
+    /// that keeps a map of locations (a file's blocks) learns the places a transaction gave
+    /// them, at the stamp the transaction moved them to, instead of relearning them one by one.
+    pub fn transact_locating<R>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, '_>) -> Result<R>,
+        keys: &[Key],
+    ) -> Result<(R, Places)> {
         let inner = &*self.inner;
         inner.check_writable()?;
         for attempt in 0..2 {
@@ -167,7 +183,20 @@ impl Store {
             match f(&mut tx) {
                 Ok(r) => {
                     tx.txn.commit_publish();
-                    return Ok(r);
+                    let cx = inner.cx();
+                    let root = inner.header.working_root();
+                    let mut places = Vec::with_capacity(keys.len());
+                    for &k in keys {
+                        // (Published already: a failed look only leaves the place unknown.)
+                        let at = match cx.lookup(root, k) {
+                            Ok(Some(Val::Block { block, len, .. })) => {
+                                Some(BlockRef { block, len })
+                            }
+                            _ => None,
+                        };
+                        places.push((inner.header.change_stamp(k), at));
+                    }
+                    return Ok((r, places));
                 }
                 Err(StoreError::NoSpace) if attempt == 0 && inner.header.pending_blocks() > 0 => {
                     tx.txn.abort();
