@@ -5,14 +5,14 @@
 //! copied to a new block. At most a block across a block boundary: both pieces where they are
 //! when both blocks were written since the last commit. Several blocks: rewritten under their
 //! partitions' locks when all leaves were written since the last commit, else one transaction.
-//! Every write that moves a block keeps the open file's map in force (see `note_put`). An `O_APPEND` write inside one block is
-//! a one-block write at the size it read, made only if the inode's change stamp has not moved
-//! by the time the write holds its locks (else it reads the size again); across blocks, or after
-//! a few turns lost to other appenders, it reads the size and writes in one transaction: either
-//! way appenders never interleave. A write takes its byte range in
-//! the file's range lock (see `range_lock`) before anything the store serves under more than
-//! the written blocks' partition locks, and before anything at all while the lock's tree holds
-//! a range.
+//! Every write that moves a block keeps the open file's map in force (see `note_put`). An
+//! `O_APPEND` write inside one block is a one-block write at the size it read, made only if the
+//! inode's change stamp has not moved by the time the write holds its locks (else it reads the
+//! size again); across blocks, or after a few turns lost to other appenders, it reads the size
+//! and writes in one transaction: either way appenders never interleave. A write takes its byte
+//! range in the file's range lock (see `range_lock`) before anything the store serves under
+//! more than the written blocks' partition locks, and before anything at all while the lock's
+//! tree holds a range.
 
 use std::cell::Cell;
 
