@@ -150,6 +150,30 @@ fn reset_appended(store: &Store, prefix: u64, i: u64) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// Bytes `data` at byte `at` of the (4 KiB) value of `k`: in place when the store allows, else
+/// by copying the block.
+fn write_or_copy(store: &Store, k: Key, at: usize, data: &[u8]) -> Result<(), String> {
+    let none = None::<iris_store::NoPatch>;
+    let done = store
+        .write_in_place(k, at, data, none, None)
+        .map_err(|e| e.to_string())?;
+    if done.is_none() {
+        store
+            .put_sized(
+                k,
+                |old| old.unwrap_or(4096),
+                |old, out| {
+                    if let Some(o) = old {
+                        out.copy_from_slice(o);
+                    }
+                    out[at..at + data.len()].copy_from_slice(data);
+                },
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("iris-store-worker: {e}");
@@ -279,26 +303,7 @@ fn run() -> Result<(), String> {
                 for i in 0..keys {
                     for c in 0..8u64 {
                         let data = chunk(prefix, i, r, c);
-                        let at = (c * 512) as usize;
-                        let k = Key::new(prefix, i);
-                        let none = None::<iris_store::NoPatch>;
-                        let done = store
-                            .write_in_place(k, at, &data, none, None)
-                            .map_err(|e| e.to_string())?;
-                        if done.is_none() {
-                            store
-                                .put_sized(
-                                    k,
-                                    |old| old.unwrap_or(4096),
-                                    |old, out| {
-                                        if let Some(o) = old {
-                                            out.copy_from_slice(o);
-                                        }
-                                        out[at..at + 512].copy_from_slice(&data);
-                                    },
-                                )
-                                .map_err(|e| e.to_string())?;
-                        }
+                        write_or_copy(&store, Key::new(prefix, i), (c * 512) as usize, &data)?;
                     }
                 }
                 store.commit().map_err(|e| e.to_string())?;
@@ -319,28 +324,8 @@ fn run() -> Result<(), String> {
             }
             store.commit().map_err(|e| e.to_string())?;
             say(&mut out, "acked 0")?;
-            // Bytes `data` at `at` of key `i`: in place, else by copying the block.
-            let write = |i: u64, at: usize, data: &[u8]| -> Result<(), String> {
-                let k = Key::new(prefix, i);
-                let none = None::<iris_store::NoPatch>;
-                let done = store
-                    .write_in_place(k, at, data, none, None)
-                    .map_err(|e| e.to_string())?;
-                if done.is_none() {
-                    store
-                        .put_sized(
-                            k,
-                            |old| old.unwrap_or(4096),
-                            |old, out| {
-                                if let Some(o) = old {
-                                    out.copy_from_slice(o);
-                                }
-                                out[at..at + data.len()].copy_from_slice(data);
-                            },
-                        )
-                        .map_err(|e| e.to_string())?;
-                }
-                Ok(())
+            let write = |i: u64, at: usize, data: &[u8]| {
+                write_or_copy(&store, Key::new(prefix, i), at, data)
             };
             let mut r = 1u64;
             loop {
