@@ -304,22 +304,73 @@ fn chunk(prefix: u64, i: u64, r: u64, c: u64) -> Vec<u8> {
     b
 }
 
+/// Thirty rounds of a `mode` worker (of `keys` keys, prefix `first_prefix + round`) killed at a
+/// random instant beside a survivor of the same mode: after each kill the volume opens, every
+/// key of an acknowledged victim passes `check(store, prefix, key, acked)`, and nothing leaked
+/// (a kill must not leak: blocks the last commit references that the victim replaced but had
+/// not yet noted for freeing are noted by the repair; once, under a full parallel test run, a
+/// leaf and an old root leaked before it did). The survivor must have made progress.
+fn kill_rounds(
+    name: &str,
+    mode: &str,
+    keys: u64,
+    first_prefix: u64,
+    seed: u64,
+    check: impl Fn(&Store, u64, u64, Option<u64>),
+) {
+    let path = volume(name);
+    let survivor = worker(&path, mode, 1, keys);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for round in 0..30u64 {
+        let prefix = first_prefix + round;
+        let victim = worker(&path, mode, prefix, keys);
+        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
+        let acked = victim.kill();
+        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
+        for i in 0..if acked.is_some() { keys } else { 0 } {
+            check(&s, prefix, i, acked);
+        }
+        assert_no_leak(&s, &path, round);
+    }
+    assert!(
+        survivor.kill().is_some_and(|a| a > 0),
+        "the survivor made no progress"
+    );
+}
+
+/// The rounds of the eight 512-byte chunks of key `i`'s value `v` (each must be a whole chunk
+/// of the patcher, of the acknowledged round `acked` or later).
+fn chunk_rounds(v: &[u8], prefix: u64, i: u64, acked: Option<u64>) -> [u64; 8] {
+    let mut rounds = [0u64; 8];
+    for c in 0..8u64 {
+        let part = &v[(c * 512) as usize..(c as usize + 1) * 512];
+        let r = u64::from_le_bytes(part[..8].try_into().expect("8 bytes"));
+        assert_eq!(
+            part,
+            chunk(prefix, i, r, c).as_slice(),
+            "key {i} chunk {c} torn"
+        );
+        assert!(
+            acked.is_some_and(|a| r >= a),
+            "key {i} chunk {c} at round {r}, acked {acked:?}"
+        );
+        rounds[c as usize] = r;
+    }
+    rounds
+}
+
 #[test]
 fn whole_block_writes_in_place_are_whole_or_absent_after_kill_9() {
     // 4 KiB overwrites of blocks written since the last commit change them where they are: a
     // writer killed in the middle of the copy must leave the block whole (its undo record
     // holds the new bytes; the next locker finishes the copy).
-    let path = volume("rewrite");
-    let keys = 16;
-    let survivor = worker(&path, "rewriter", 1, keys);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
-    for round in 0..30u64 {
-        let prefix = 3000 + round;
-        let victim = worker(&path, "rewriter", prefix, keys);
-        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
-        let acked = victim.kill();
-        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
-        for i in 0..if acked.is_some() { keys } else { 0 } {
+    kill_rounds(
+        "rewrite",
+        "rewriter",
+        16,
+        3000,
+        29,
+        |s, prefix, i, acked| {
             let v = s
                 .get_with(Key::new(prefix, i), |v| v.to_vec())
                 .expect("get")
@@ -330,12 +381,7 @@ fn whole_block_writes_in_place_are_whole_or_absent_after_kill_9() {
                 acked.is_some_and(|a| r > 2 * a),
                 "key {i} at round {r}, acked {acked:?}"
             );
-        }
-        assert_no_leak(&s, &path, round);
-    }
-    assert!(
-        survivor.kill().is_some_and(|a| a > 0),
-        "the survivor made no progress"
+        },
     );
 }
 
@@ -344,95 +390,32 @@ fn pairs_written_in_place_are_whole_per_piece_after_kill_9() {
     // A write of two pieces in place (`Store::write_pair_in_place`: the end of one block and
     // the start of the next) by a writer killed at any instant: each piece is whole, of one
     // round (its redo record finishes it), and no older than the last acknowledged round.
-    let path = volume("pair");
-    let keys = 16;
-    let survivor = worker(&path, "pairer", 1, keys);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
-    for round in 0..30u64 {
-        let prefix = 4000 + round;
-        let victim = worker(&path, "pairer", prefix, keys);
-        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
-        let acked = victim.kill();
-        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
-        for i in 0..if acked.is_some() { keys } else { 0 } {
-            s.get_with(Key::new(prefix, i), |v| {
-                let mut rounds = [0u64; 8];
-                for c in 0..8u64 {
-                    let part = &v[(c * 512) as usize..(c as usize + 1) * 512];
-                    let r = u64::from_le_bytes(part[..8].try_into().expect("8 bytes"));
-                    assert_eq!(
-                        part,
-                        chunk(prefix, i, r, c).as_slice(),
-                        "key {i} chunk {c} torn"
-                    );
-                    assert!(
-                        acked.is_some_and(|a| r >= a),
-                        "key {i} chunk {c} at round {r}, acked {acked:?}"
-                    );
-                    rounds[c as usize] = r;
-                }
-                // The paired piece: chunks 4-7 of an even key, 0-3 of an odd one.
-                let paired = if i % 2 == 0 {
-                    &rounds[4..]
-                } else {
-                    &rounds[..4]
-                };
-                assert!(
-                    paired.iter().all(|&r| r == paired[0]),
-                    "key {i}: a piece of several rounds {paired:?}"
-                );
-            })
-            .expect("get")
-            .expect("present");
-        }
-        assert_no_leak(&s, &path, round);
-    }
-    assert!(
-        survivor.kill().is_some_and(|a| a > 0),
-        "the survivor made no progress"
-    );
+    kill_rounds("pair", "pairer", 16, 4000, 31, |s, prefix, i, acked| {
+        s.get_with(Key::new(prefix, i), |v| {
+            let rounds = chunk_rounds(v, prefix, i, acked);
+            // The paired piece: chunks 4-7 of an even key, 0-3 of an odd one.
+            let paired = if i % 2 == 0 {
+                &rounds[4..]
+            } else {
+                &rounds[..4]
+            };
+            assert!(
+                paired.iter().all(|&r| r == paired[0]),
+                "key {i}: a piece of several rounds {paired:?}"
+            );
+        })
+        .expect("get")
+        .expect("present");
+    });
 }
 
 #[test]
 fn small_writes_in_place_are_whole_or_absent_after_kill_9() {
-    let path = volume("patch");
-    let keys = 16;
-    let survivor = worker(&path, "patcher", 1, keys);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
-    for round in 0..30u64 {
-        let prefix = 2000 + round;
-        let victim = worker(&path, "patcher", prefix, keys);
-        std::thread::sleep(Duration::from_millis(rng.gen_range(30..150)));
-        let acked = victim.kill();
-        let s = Store::open(&path, &OpenOptions::default()).expect("open after kill");
-        for i in 0..if acked.is_some() { keys } else { 0 } {
-            s.get_with(Key::new(prefix, i), |v| {
-                for c in 0..8u64 {
-                    let part = &v[(c * 512) as usize..(c as usize + 1) * 512];
-                    let r = u64::from_le_bytes(part[..8].try_into().expect("8 bytes"));
-                    assert_eq!(
-                        part,
-                        chunk(prefix, i, r, c).as_slice(),
-                        "key {i} chunk {c} torn"
-                    );
-                    assert!(
-                        acked.is_some_and(|a| r >= a),
-                        "key {i} chunk {c} at round {r}"
-                    );
-                }
-            })
+    kill_rounds("patch", "patcher", 16, 2000, 23, |s, prefix, i, acked| {
+        s.get_with(Key::new(prefix, i), |v| chunk_rounds(v, prefix, i, acked))
             .expect("get")
             .expect("present");
-        }
-        // A kill must not leak: blocks the last commit references that the victim replaced but
-        // had not yet noted for freeing are noted by the repair (once, under a full parallel test
-        // run, a leaf and an old root leaked here before it did).
-        assert_no_leak(&s, &path, round);
-    }
-    assert!(
-        survivor.kill().is_some_and(|a| a > 0),
-        "the survivor made no progress"
-    );
+    });
 }
 
 /// The volume verifies without a leaked block; if not, what the leaked blocks held is printed.

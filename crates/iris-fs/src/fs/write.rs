@@ -759,10 +759,7 @@ mod tests {
     fn a_copy_of_a_committed_block_leaves_the_rest_of_the_files_map_in_force() {
         let (fs, ino) = fs_with_file();
         let map = fs.file_cache(ino);
-        for b in 0..4u8 {
-            let written = fs.write_file(&map, u64::from(b) * 4096, &[b + 1; 4096]);
-            assert_eq!(written.expect("write"), Some(4096));
-        }
+        fill_blocks(&fs, &map, 4);
         fs.sync().expect("commit");
         // The map learns every block again through reads.
         let mut buf = vec![0u8; 4096];
@@ -987,10 +984,7 @@ mod tests {
         // the map must start again, or it would send reads of block 1 to its old place.
         let (fs, ino) = fs_with_file();
         let map = fs.file_cache(ino);
-        for b in 0..4u8 {
-            let w = fs.write_file(&map, u64::from(b) * 4096, &[b + 1; 4096]);
-            assert_eq!(w.expect("write"), Some(4096));
-        }
+        fill_blocks(&fs, &map, 4);
         fs.sync().expect("commit");
         // Block 2 copied through the map (it follows), then block 1 by the other writer.
         assert_eq!(
