@@ -18,7 +18,7 @@ use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
 use failure::{Failure, Outcome, STDOUT_CLOSED_EXIT};
-use verbs::{bench, data, fsck, get, inspect, mkfs, put, run, snapshot};
+use verbs::{bench, data, filefrag, fsck, get, inspect, mkfs, put, run, snapshot};
 
 /// Exit status for a command line clap rejects.
 const USAGE_EXIT: u8 = 2;
@@ -50,6 +50,8 @@ enum Cmd {
     Ls(data::LsArgs),
     /// Print files of the volume.
     Cat(data::CatArgs),
+    /// Show where files' blocks lie on the volume: their extents (runs in consecutive blocks).
+    Filefrag(filefrag::FilefragArgs),
     /// Copy host files (with -r, directory trees) into the volume.
     Put(put::PutArgs),
     /// Copy files (with -r, directory trees) out of the volume.
@@ -88,6 +90,7 @@ fn dispatch(cmd: Cmd) -> Outcome {
         Cmd::Fsck(args) => fsck::run(args),
         Cmd::Ls(args) => data::ls(args),
         Cmd::Cat(args) => data::cat(args),
+        Cmd::Filefrag(args) => filefrag::run(args),
         Cmd::Put(args) => put::run(args),
         Cmd::Get(args) => get::run(args),
         Cmd::Rm(args) => data::rm(args),

@@ -143,6 +143,7 @@ fn every_verb_has_help() {
         &["fsck"],
         &["ls"],
         &["cat"],
+        &["filefrag"],
         &["put"],
         &["get"],
         &["rm"],
@@ -465,6 +466,51 @@ fn cat_prints_files_and_refuses_directories() {
     assert_eq!(s.on_ok(&["cat"], &["/one", "/two"]), "first\nsecond\n");
     s.on(&["cat"], &["/"]).assert_refused(1, "Is a directory");
     s.on(&["cat"], &["/three"])
+        .assert_refused(1, "No such file or directory");
+}
+
+#[test]
+fn filefrag_counts_a_files_extents_and_lists_them() {
+    let s = Scratch::with_volume("frag");
+    // 64 blocks copied in order, and a file short enough to live in its leaf.
+    std::fs::write(s.host("big"), vec![b'x'; 64 * 4096]).expect("write");
+    std::fs::write(s.host("small"), "tiny").expect("write");
+    s.on_ok(
+        &["put"],
+        &[path_str(&s.host("big")), path_str(&s.host("small")), "/"],
+    );
+    let summary = s.on_ok(&["filefrag"], &["/big"]);
+    let n: u64 = summary
+        .strip_prefix("/big: ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no extent count in {summary:?}"));
+    assert!((1..=64).contains(&n), "{summary}");
+    // The listing has one row per extent, whose lengths add up to the file's blocks, and
+    // whose file blocks follow each other.
+    let listing = s.on_ok(&["filefrag", "-v"], &["/big"]);
+    let rows: Vec<Vec<&str>> = listing
+        .lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len() as u64, n, "{listing}");
+    let mut next = 0u64;
+    for row in &rows {
+        let (first, last) = row[1].split_once("..").expect("a range of file blocks");
+        assert_eq!(first.parse::<u64>().ok(), Some(next), "{listing}");
+        let len: u64 = row[3].parse().expect("a length");
+        assert_eq!(last.parse::<u64>().ok(), Some(next + len - 1), "{listing}");
+        next += len;
+    }
+    assert_eq!(next, 64, "{listing}");
+    assert_eq!(
+        s.on_ok(&["filefrag"], &["/small"]),
+        "/small: 0 extents found (and 1 block inline in the tree)\n"
+    );
+    s.on(&["filefrag"], &["/"])
+        .assert_refused(1, "Is a directory");
+    s.on(&["filefrag"], &["/none"])
         .assert_refused(1, "No such file or directory");
 }
 

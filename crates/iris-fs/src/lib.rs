@@ -24,8 +24,8 @@ pub use cred::{Cred, R_OK, W_OK, X_OK};
 pub use dirent::DirEntry;
 pub use errno::{Errno, FsResult};
 pub use fs::{
-    Fs, Resolved, StatFs, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO,
-    SYMLOOP_MAX,
+    Extent, FileLayout, Fs, Resolved, StatFs, NAME_MAX, PATH_MAX, RENAME_EXCHANGE,
+    RENAME_NOREPLACE, ROOT_INO, SYMLOOP_MAX,
 };
 pub use inode::Inode;
 pub use range_lock::{RangeGuard, RangeLock};

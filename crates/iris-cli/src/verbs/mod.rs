@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod data;
+pub mod filefrag;
 pub mod fsck;
 pub mod get;
 pub mod inspect;

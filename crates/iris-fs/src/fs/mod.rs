@@ -29,11 +29,13 @@ use crate::sync_hint::SyncHints;
 
 mod attr;
 mod extent;
+mod layout;
 mod namespace;
 mod path;
 mod read;
 mod write;
 
+pub use layout::{Extent, FileLayout};
 pub use path::Resolved;
 
 /// Inode number of the root directory.
@@ -676,4 +678,32 @@ impl Fs {
             fsid: self.store.volume_id(),
         })
     }
+}
+
+#[cfg(test)]
+/// A file system on a small simulated volume with one empty file; its inode number.
+pub(crate) fn test_fs_with_file() -> (Fs, u64) {
+    let sim = std::sync::Arc::new(iris_media::SimMedia::new(16 << 20));
+    let opts = iris_store::CreateOptions {
+        size_limit_bytes: 16 << 20,
+        initial_bytes: 16 << 20,
+        ..iris_store::CreateOptions::default()
+    };
+    let boot = iris_store::OpenOptions {
+        boot_id: Some(1),
+        commit_interval: None,
+    };
+    let store = iris_store::Store::create_on(Box::new(sim), &opts, &boot).expect("store");
+    let fs = Fs::on_store(store).expect("fs");
+    let ino = fs
+        .open(
+            &crate::Cred::root(),
+            ROOT_INO,
+            b"f",
+            libc::O_CREAT | libc::O_RDWR,
+            0o644,
+        )
+        .expect("create")
+        .ino;
+    (fs, ino)
 }

@@ -747,13 +747,9 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use iris_media::SimMedia;
-    use iris_store::{CreateOptions, OpenOptions, Store};
 
     use crate::keys::{key, Kind};
-    use crate::{Cred, Fs, ROOT_INO};
+    use crate::Fs;
 
     #[test]
     fn a_copy_of_a_committed_block_leaves_the_rest_of_the_files_map_in_force() {
@@ -808,32 +804,7 @@ mod tests {
         assert!(buf[150..].iter().all(|&x| x == 2));
     }
 
-    /// A file system on a small simulated volume with one empty file; its inode number.
-    fn fs_with_file() -> (Fs, u64) {
-        let sim = Arc::new(SimMedia::new(16 << 20));
-        let opts = CreateOptions {
-            size_limit_bytes: 16 << 20,
-            initial_bytes: 16 << 20,
-            ..CreateOptions::default()
-        };
-        let boot = OpenOptions {
-            boot_id: Some(1),
-            commit_interval: None,
-        };
-        let store = Store::create_on(Box::new(sim), &opts, &boot).expect("store");
-        let fs = Fs::on_store(store).expect("fs");
-        let ino = fs
-            .open(
-                &Cred::root(),
-                ROOT_INO,
-                b"f",
-                libc::O_CREAT | libc::O_RDWR,
-                0o644,
-            )
-            .expect("create")
-            .ino;
-        (fs, ino)
-    }
+    use super::super::test_fs_with_file as fs_with_file;
 
     #[test]
     fn small_writes_that_grow_blocks_keep_the_rest_of_the_files_map() {
