@@ -176,3 +176,52 @@ fn an_interrupted_bench_removes_its_mounts_and_loop_devices() {
     assert!(!scratch.exists(), "{} left behind", scratch.display());
     assert!(!out.0.join("bench.json").exists());
 }
+
+#[test]
+fn rounds_report_each_targets_median_run() {
+    let out = OutDir::new("rounds");
+    let run = Command::new(IRIS)
+        .args(["bench", "--quick", "--rounds", "3", "--targets", "iris,floor"])
+        .arg("--out-dir")
+        .arg(&out.0)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run iris bench");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let json: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.0.join("bench.json")).expect("bench.json"),
+    )
+    .expect("JSON");
+    assert_eq!(json["rounds"].as_u64(), Some(3));
+    for cell in json["cells"].as_array().expect("cells") {
+        for target in ["iris", "floor"] {
+            let r = &cell["results"][target];
+            let mut runs: Vec<f64> = r["iops_runs"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no runs for {target}: {cell}"))
+                .iter()
+                .filter_map(Value::as_f64)
+                .collect();
+            assert_eq!(runs.len(), 3, "{target}: {cell}");
+            runs.sort_by(f64::total_cmp);
+            assert_eq!(r["iops"].as_f64(), Some(runs[1]), "{target}: {cell}");
+        }
+    }
+
+    for bad in ["0", "10"] {
+        let run = Command::new(IRIS)
+            .args(["bench", "--quick", "--rounds", bad, "--targets", "iris"])
+            .arg("--out-dir")
+            .arg(&out.0)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run iris bench");
+        assert!(!run.status.success(), "--rounds {bad} accepted");
+        assert!(
+            String::from_utf8_lossy(&run.stderr).contains("--rounds must be 1 to 9"),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+}

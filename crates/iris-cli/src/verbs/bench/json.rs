@@ -24,6 +24,7 @@ pub fn document(report: &Report) -> Value {
         "load_average_end": report.load[1],
         "quick": report.quick,
         "runtime_secs": report.runtime_secs,
+        "rounds": report.rounds,
         "memcpy_secs": report.memcpy_secs,
         "file_bytes": report.file_bytes,
         "targets": report.kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
@@ -34,7 +35,12 @@ pub fn document(report: &Report) -> Value {
         "cells": report.results.iter().map(|r| {
             let mut by_target = Map::new();
             for (kind, outcome) in &r.by_target {
-                by_target.insert(kind.name().to_string(), outcome_json(outcome));
+                let mut v = outcome_json(outcome);
+                if let (Some(runs), Some(o)) = (r.runs.get(kind), v.as_object_mut()) {
+                    // With several rounds: every run's IOPS (the median run's figures above).
+                    o.insert("iops_runs".to_string(), json!(runs));
+                }
+                by_target.insert(kind.name().to_string(), v);
             }
             json!({
                 "label": r.cell.label(),

@@ -46,23 +46,56 @@ pub fn measure(
     let mut results: Vec<CellResult> = Vec::new();
     for cell in &plan.cells {
         let mut r = CellResult::new(*cell);
-        for t in ready {
-            if let Some((_, why)) = broken.iter().find(|(k, _)| *k == t.kind) {
-                r.by_target.insert(t.kind, Err(why.clone()));
-                steps.done();
-                continue;
-            }
-            steps.start(&format!("{} {}", t.kind.name(), cell.label()));
-            let outcome = match run_cell(t, cell, plan, scratch) {
-                Err(Stop::Interrupted) => return Err(Stop::Interrupted),
-                Err(Stop::Failed(why)) => {
-                    steps.warn(&format!("bench: {} {}: {why}", t.kind.name(), cell.label()));
-                    Err(why)
-                }
-                Ok(m) => Ok(m),
+        let mut runs: Vec<(TargetKind, Result<Measurement, String>)> = Vec::new();
+        for round in 0..plan.rounds {
+            // Every other round the other way round: a drift of the machine during a round
+            // then weighs on every target alike.
+            let order: Vec<&FioTarget> = if round % 2 == 0 {
+                ready.iter().collect()
+            } else {
+                ready.iter().rev().collect()
             };
+            for t in order {
+                if let Some((_, why)) = broken.iter().find(|(k, _)| *k == t.kind) {
+                    runs.push((t.kind, Err(why.clone())));
+                    steps.done();
+                    continue;
+                }
+                steps.start(&format!("{} {}", t.kind.name(), cell.label()));
+                let outcome = match run_cell(t, cell, plan, scratch) {
+                    Err(Stop::Interrupted) => return Err(Stop::Interrupted),
+                    Err(Stop::Failed(why)) => {
+                        steps.warn(&format!("bench: {} {}: {why}", t.kind.name(), cell.label()));
+                        Err(why)
+                    }
+                    Ok(m) => Ok(m),
+                };
+                runs.push((t.kind, outcome));
+                steps.done();
+            }
+        }
+        for t in ready {
+            let mine: Vec<&Result<Measurement, String>> = runs
+                .iter()
+                .filter(|(k, _)| *k == t.kind)
+                .map(|(_, o)| o)
+                .collect();
+            let ok: Vec<Measurement> = mine
+                .iter()
+                .filter_map(|o| o.as_ref().ok().copied())
+                .collect();
+            let outcome = match results::median_run(&ok) {
+                Some(m) => Ok(m),
+                // Every run failed: the last one's reason.
+                None => Err(mine
+                    .last()
+                    .and_then(|o| o.as_ref().err().cloned())
+                    .unwrap_or_else(|| "no run".to_string())),
+            };
+            if plan.rounds > 1 {
+                r.runs.insert(t.kind, ok.iter().map(|m| m.iops).collect());
+            }
             r.by_target.insert(t.kind, outcome);
-            steps.done();
         }
         if with_memcpy {
             let outcome = memcpy_cell(cell, &results, plan, scratch, steps);

@@ -64,6 +64,11 @@ pub struct BenchArgs {
     /// Seconds each fio cell measures. Default 5 (1 with --quick).
     #[arg(long, value_name = "SECS")]
     runtime: Option<u64>,
+    /// Run each fio cell this many times on every target, in rounds over the targets (each
+    /// round in the opposite order to the last), and report the run with the median IOPS:
+    /// steadier ratios on a noisy machine, at that many times the fio time (1 to 9).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    rounds: u32,
     /// Where to write the results as JSON. Default: OUT_DIR/bench.json.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -96,7 +101,7 @@ pub fn run(args: BenchArgs) -> Outcome {
     if machine::fio_version().is_none() {
         return Err("fio not found (apt-get install fio)".into());
     }
-    let plan = Plan::new(args.quick, args.runtime)?;
+    let plan = Plan::new(args.quick, args.runtime, args.rounds)?;
     let json_path = args
         .json
         .clone()
@@ -149,6 +154,7 @@ pub fn run(args: BenchArgs) -> Outcome {
         started_utc,
         load: [load_before, machine::load_average()],
         runtime_secs: plan.runtime_secs,
+        rounds: plan.rounds,
         memcpy_secs: plan.memcpy_secs,
         file_bytes: plan.file_bytes,
         quick: plan.quick,
@@ -232,7 +238,9 @@ fn step_count(plan: &Plan, fio_targets: usize, with_memcpy: bool, apps: bool) ->
         .iter()
         .filter(|c| with_memcpy && !c.mode.memcpy_as_warm())
         .count() as u64;
-    fio_targets as u64 * (1 + cells) + memcpy_runs + if apps { apps::STEP_COUNT } else { 0 }
+    fio_targets as u64 * (1 + cells * u64::from(plan.rounds))
+        + memcpy_runs
+        + if apps { apps::STEP_COUNT } else { 0 }
 }
 
 /// The applications on Iris and ext4 (a side not set up reports why).

@@ -12,6 +12,8 @@ const RUNTIME_SECS: u64 = 5;
 const QUICK_RUNTIME_SECS: u64 = 1;
 /// The memcpy floor is steady: it measures at most this long per cell.
 const MEMCPY_MAX_SECS: f64 = 2.0;
+/// Most rounds a run may ask for (each multiplies the fio time).
+pub const MAX_ROUNDS: u32 = 9;
 
 /// The run's fixed parameters.
 pub struct Plan {
@@ -23,13 +25,19 @@ pub struct Plan {
     pub memcpy_secs: f64,
     /// Bytes of each job's file.
     pub file_bytes: u64,
+    /// Times each cell runs on each target, in rounds over the targets; the run with the
+    /// median IOPS stands for the cell (see `results::median_run`).
+    pub rounds: u32,
     /// Whether this is the quick smoke test.
     pub quick: bool,
 }
 
 impl Plan {
     /// Cells, durations and file size from the arguments.
-    pub fn new(quick: bool, runtime_secs: Option<u64>) -> Result<Plan, String> {
+    pub fn new(quick: bool, runtime_secs: Option<u64>, rounds: u32) -> Result<Plan, String> {
+        if !(1..=MAX_ROUNDS).contains(&rounds) {
+            return Err(format!("--rounds must be 1 to {MAX_ROUNDS}"));
+        }
         let runtime_secs = runtime_secs.unwrap_or(if quick {
             QUICK_RUNTIME_SECS
         } else {
@@ -43,6 +51,7 @@ impl Plan {
             runtime_secs,
             memcpy_secs: (runtime_secs as f64).min(MEMCPY_MAX_SECS),
             file_bytes: if quick { QUICK_FILE_BYTES } else { FILE_BYTES },
+            rounds,
             quick,
         })
     }

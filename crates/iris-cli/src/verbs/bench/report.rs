@@ -22,6 +22,8 @@ pub struct Report {
     pub load: [String; 2],
     /// Seconds each fio run measured.
     pub runtime_secs: u64,
+    /// Runs of each fio cell on each target (the median's is reported).
+    pub rounds: u32,
     /// Seconds each memcpy run measured.
     pub memcpy_secs: f64,
     /// Bytes of each job's file.
@@ -50,11 +52,21 @@ impl Report {
                 m.cpu_count, m.cpu_model, m.kernel, m.fio, self.started_utc
             ),
             format!(
-                "fio psync, queue depth 1, {} s per cell, one {} file per job; all targets on /dev/shm memory",
+                "fio psync, queue depth 1, {} s per cell{}, one {} file per job; all targets on /dev/shm memory",
                 self.runtime_secs,
+                self.rounds_note(),
                 human_bytes(self.file_bytes),
             ),
         ]
+    }
+
+    /// ", median of N rounds" when cells ran more than once, else nothing.
+    fn rounds_note(&self) -> String {
+        if self.rounds > 1 {
+            format!(", median of {} rounds", self.rounds)
+        } else {
+            String::new()
+        }
     }
 
     /// Goals met, missed and not measured.
@@ -101,7 +113,7 @@ impl Report {
         let mut out = String::new();
         out.push_str(&format!(
             "- Machine: {} CPUs, {}, {} RAM, Linux {}\n- Pages: {}\n- fio: {}\n- Run: {} (UTC)\n\
-             - Command: `{}`\n- Each fio cell: {} s; each job its own {} file; memcpy runs: {:.1} s\n\
+             - Command: `{}`\n- Each fio cell: {} s{}; each job its own {} file; memcpy runs: {:.1} s\n\
              - Load average (1, 5, 15 min): {} at the start, {} at the end\n\n",
             m.cpu_count,
             m.cpu_model,
@@ -112,6 +124,7 @@ impl Report {
             self.started_utc,
             self.command,
             self.runtime_secs,
+            self.rounds_note(),
             human_bytes(self.file_bytes),
             self.memcpy_secs,
             self.load[0],

@@ -28,6 +28,8 @@ pub struct CellResult {
     pub cell: Cell,
     /// Outcome per target that ran.
     pub by_target: BTreeMap<TargetKind, Outcome>,
+    /// With several rounds: the IOPS of each successful run per target, in the order run.
+    pub runs: BTreeMap<TargetKind, Vec<f64>>,
 }
 
 impl CellResult {
@@ -36,6 +38,7 @@ impl CellResult {
         CellResult {
             cell,
             by_target: BTreeMap::new(),
+            runs: BTreeMap::new(),
         }
     }
 
@@ -73,6 +76,14 @@ pub fn ratio(a: Measurement, b: Measurement) -> Option<f64> {
     (b.iops > 0.0).then(|| a.iops / b.iops)
 }
 
+/// The run with the median IOPS (of an even count, the lower of the two middle ones): it
+/// stands for the cell whole, its latencies with it. `None` for no runs.
+pub fn median_run(runs: &[Measurement]) -> Option<Measurement> {
+    let mut sorted = runs.to_vec();
+    sorted.sort_by(|a, b| a.iops.total_cmp(&b.iops));
+    sorted.get(sorted.len().checked_sub(1)? / 2).copied()
+}
+
 /// The cell equal to `cell` but for its job count.
 pub fn find(results: &[CellResult], cell: Cell) -> Option<&CellResult> {
     results.iter().find(|r| r.cell == cell)
@@ -89,6 +100,26 @@ mod tests {
             mean_ns: 1e9 / iops,
             p99_ns: 2e9 / iops,
         })
+    }
+
+    #[test]
+    fn the_median_run_stands_for_its_rounds_latencies_and_all() {
+        let run = |iops: f64, p99_ns: f64| Measurement {
+            iops,
+            mean_ns: 1e9 / iops,
+            p99_ns,
+        };
+        assert_eq!(median_run(&[]), None);
+        assert_eq!(median_run(&[run(5.0, 1.0)]), Some(run(5.0, 1.0)));
+        let odd = [run(300.0, 3.0), run(100.0, 1.0), run(200.0, 2.0)];
+        assert_eq!(median_run(&odd), Some(run(200.0, 2.0)));
+        let even = [
+            run(400.0, 4.0),
+            run(100.0, 1.0),
+            run(300.0, 3.0),
+            run(200.0, 2.0),
+        ];
+        assert_eq!(median_run(&even), Some(run(200.0, 2.0)));
     }
 
     #[test]
