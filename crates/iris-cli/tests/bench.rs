@@ -181,7 +181,14 @@ fn an_interrupted_bench_removes_its_mounts_and_loop_devices() {
 fn rounds_report_each_targets_median_run() {
     let out = OutDir::new("rounds");
     let run = Command::new(IRIS)
-        .args(["bench", "--quick", "--rounds", "3", "--targets", "iris,floor"])
+        .args([
+            "bench",
+            "--quick",
+            "--rounds",
+            "3",
+            "--targets",
+            "iris,floor",
+        ])
         .arg("--out-dir")
         .arg(&out.0)
         .stdin(Stdio::null())
