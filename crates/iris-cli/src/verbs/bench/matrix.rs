@@ -46,54 +46,17 @@ pub fn measure(
     let mut results: Vec<CellResult> = Vec::new();
     for cell in &plan.cells {
         let mut r = CellResult::new(*cell);
-        let mut runs: Vec<(TargetKind, Result<Measurement, String>)> = Vec::new();
-        for round in 0..plan.rounds {
-            // Every other round the other way round: a drift of the machine during a round
-            // then weighs on every target alike.
-            let order: Vec<&FioTarget> = if round % 2 == 0 {
-                ready.iter().collect()
-            } else {
-                ready.iter().rev().collect()
-            };
-            for t in order {
-                if let Some((_, why)) = broken.iter().find(|(k, _)| *k == t.kind) {
-                    runs.push((t.kind, Err(why.clone())));
-                    steps.done();
-                    continue;
-                }
-                steps.start(&format!("{} {}", t.kind.name(), cell.label()));
-                let outcome = match run_cell(t, cell, plan, scratch) {
-                    Err(Stop::Interrupted) => return Err(Stop::Interrupted),
-                    Err(Stop::Failed(why)) => {
-                        steps.warn(&format!("bench: {} {}: {why}", t.kind.name(), cell.label()));
-                        Err(why)
-                    }
-                    Ok(m) => Ok(m),
-                };
-                runs.push((t.kind, outcome));
-                steps.done();
-            }
-        }
+        let runs = run_rounds(cell, plan, ready, &broken, scratch, steps)?;
         for t in ready {
-            let mine: Vec<&Result<Measurement, String>> = runs
+            let mine: Vec<&results::Outcome> = runs
                 .iter()
                 .filter(|(k, _)| *k == t.kind)
                 .map(|(_, o)| o)
                 .collect();
-            let ok: Vec<Measurement> = mine
-                .iter()
-                .filter_map(|o| o.as_ref().ok().copied())
-                .collect();
-            let outcome = match results::median_run(&ok) {
-                Some(m) => Ok(m),
-                // Every run failed: the last one's reason.
-                None => Err(mine
-                    .last()
-                    .and_then(|o| o.as_ref().err().cloned())
-                    .unwrap_or_else(|| "no run".to_string())),
-            };
+            let outcome = results::median_outcome(&mine);
             if plan.rounds > 1 {
-                r.runs.insert(t.kind, ok.iter().map(|m| m.iops).collect());
+                let iops = mine.iter().filter_map(|o| o.as_ref().ok()).map(|m| m.iops);
+                r.runs.insert(t.kind, iops.collect());
             }
             r.by_target.insert(t.kind, outcome);
         }
@@ -107,6 +70,46 @@ pub fn measure(
         }
     }
     Ok(results)
+}
+
+/// Every round of `cell` on every target: each target's outcome per round, in the order run.
+/// Every other round goes the other way round, so a drift of the machine during a round weighs
+/// on every target alike.
+fn run_rounds(
+    cell: &Cell,
+    plan: &Plan,
+    ready: &[FioTarget],
+    broken: &[(TargetKind, String)],
+    scratch: &Path,
+    steps: &Steps,
+) -> Result<Vec<(TargetKind, results::Outcome)>, Stop> {
+    let mut runs = Vec::new();
+    for round in 0..plan.rounds {
+        let order: Vec<&FioTarget> = if round % 2 == 0 {
+            ready.iter().collect()
+        } else {
+            ready.iter().rev().collect()
+        };
+        for t in order {
+            if let Some((_, why)) = broken.iter().find(|(k, _)| *k == t.kind) {
+                runs.push((t.kind, Err(why.clone())));
+                steps.done();
+                continue;
+            }
+            steps.start(&format!("{} {}", t.kind.name(), cell.label()));
+            let outcome = match run_cell(t, cell, plan, scratch) {
+                Err(Stop::Interrupted) => return Err(Stop::Interrupted),
+                Err(Stop::Failed(why)) => {
+                    steps.warn(&format!("bench: {} {}: {why}", t.kind.name(), cell.label()));
+                    Err(why)
+                }
+                Ok(m) => Ok(m),
+            };
+            runs.push((t.kind, outcome));
+            steps.done();
+        }
+    }
+    Ok(runs)
 }
 
 /// One fio cell on one target.

@@ -84,6 +84,20 @@ pub fn median_run(runs: &[Measurement]) -> Option<Measurement> {
     sorted.get(sorted.len().checked_sub(1)? / 2).copied()
 }
 
+/// What several runs of one cell on one target come to: the median successful run, or, when
+/// every run failed, the last one's reason.
+pub fn median_outcome(runs: &[&Outcome]) -> Outcome {
+    let ok: Vec<Measurement> = runs
+        .iter()
+        .filter_map(|o| o.as_ref().ok().copied())
+        .collect();
+    median_run(&ok).ok_or_else(|| {
+        runs.last()
+            .and_then(|o| o.as_ref().err().cloned())
+            .unwrap_or_else(|| "no run".to_string())
+    })
+}
+
 /// The cell equal to `cell` but for its job count.
 pub fn find(results: &[CellResult], cell: Cell) -> Option<&CellResult> {
     results.iter().find(|r| r.cell == cell)
@@ -120,6 +134,14 @@ mod tests {
             run(200.0, 2.0),
         ];
         assert_eq!(median_run(&even), Some(run(200.0, 2.0)));
+    }
+
+    #[test]
+    fn failed_runs_give_way_to_any_that_succeeded() {
+        let (good, bad, worse) = (m(100.0), Err("fio died".to_string()), Err("timeout".into()));
+        assert_eq!(median_outcome(&[&bad, &good, &worse]), good);
+        assert_eq!(median_outcome(&[&bad, &worse]), Err("timeout".to_string()));
+        assert_eq!(median_outcome(&[]), Err("no run".to_string()));
     }
 
     #[test]
