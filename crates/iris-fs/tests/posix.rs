@@ -3,7 +3,7 @@
 use std::ffi::CString;
 use std::sync::Arc;
 
-use iris_fs::{Cred, Errno, Fs, ROOT_INO};
+use iris_fs::{Cred, Errno, FileCache, Fs, ROOT_INO};
 use iris_media::SimMedia;
 use iris_store::{CreateOptions, OpenOptions, Store};
 
@@ -863,6 +863,27 @@ fn repair_fixes_every_kind_of_damage_the_check_finds() {
     assert_eq!(fs.store().verify().expect("verify").leaked_blocks, 0);
 }
 
+/// Read `len` bytes at `off` through `map` (read number `reads` of a race) and check that one
+/// write filled them all: every byte carries the same tag.
+fn assert_one_write_read(fs: &Fs, map: &FileCache, off: u64, len: u64, reads: u64) {
+    let mut buf = vec![0u8; len as usize];
+    let n = fs
+        .read_file(map, off, &mut buf)
+        .expect("read")
+        .expect("not shadowed");
+    assert_eq!(n as u64, len);
+    let first = buf[0];
+    assert!(
+        buf.iter().all(|&x| x == first),
+        "read {reads} of {off}+{len} saw several writes: {:?}",
+        buf.iter()
+            .enumerate()
+            .filter(|(i, &x)| *i == 0 || x != buf[i - 1])
+            .map(|(i, &x)| (i, x))
+            .collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
     // POSIX: read and write of a regular file are atomic with respect to each other. A writer
@@ -892,22 +913,7 @@ fn a_read_never_sees_part_of_a_concurrent_multi_block_write() {
         },
         |reads| {
             let (off, len) = ranges[(reads % 4) as usize];
-            let mut buf = vec![0u8; len as usize];
-            let n = b
-                .read_file(&map, off, &mut buf)
-                .expect("read")
-                .expect("not shadowed");
-            assert_eq!(n as u64, len);
-            let first = buf[0];
-            assert!(
-                buf.iter().all(|&x| x == first),
-                "read {reads} of {off}+{len} saw several writes: {:?}",
-                buf.iter()
-                    .enumerate()
-                    .filter(|(i, &x)| *i == 0 || x != buf[i - 1])
-                    .map(|(i, &x)| (i, x))
-                    .collect::<Vec<_>>()
-            );
+            assert_one_write_read(&b, &map, off, len, reads);
         },
     );
 }
@@ -978,20 +984,7 @@ fn a_read_never_sees_half_of_a_write_across_a_block_boundary() {
         },
         |reads| {
             let (off, len) = ranges[(reads % 3) as usize];
-            let mut buf = vec![0u8; len as usize];
-            let n = b
-                .read_file(&rmap, off, &mut buf)
-                .expect("read")
-                .expect("not shadowed");
-            assert_eq!(n as u64, len);
-            let first = buf[0];
-            let split = (bs - off % bs) as usize;
-            assert!(
-                buf.iter().all(|&x| x == first),
-                "read {reads} of {off}+{len} saw two writes: {} before the boundary, {} after",
-                buf[0],
-                buf[split]
-            );
+            assert_one_write_read(&b, &rmap, off, len, reads);
         },
     );
 }

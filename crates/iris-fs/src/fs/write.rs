@@ -753,10 +753,7 @@ mod tests {
 
     #[test]
     fn a_copy_of_a_committed_block_leaves_the_rest_of_the_files_map_in_force() {
-        let (fs, ino) = fs_with_file();
-        let map = fs.file_cache(ino);
-        fill_blocks(&fs, &map, 4);
-        fs.sync().expect("commit");
+        let (fs, ino, map) = committed_file(4);
         // The map learns every block again through reads.
         let mut buf = vec![0u8; 4096];
         for b in 0..4u64 {
@@ -847,6 +844,15 @@ mod tests {
         assert!(buf[400..].iter().all(|&x| x == 0));
     }
 
+    /// A file whose blocks 0..`n` [`fill_blocks`] filled through its map, all committed.
+    fn committed_file(n: u64) -> (Fs, u64, std::sync::Arc<crate::cache::FileCache>) {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        fill_blocks(&fs, &map, n);
+        fs.sync().expect("commit");
+        (fs, ino, map)
+    }
+
     /// Fill blocks `0..n` of the map's file, block `b` with bytes `b + 1`, then read each
     /// through the map (which then knows them all).
     fn fill_blocks(fs: &Fs, map: &crate::cache::FileCache, n: u64) {
@@ -891,10 +897,7 @@ mod tests {
 
     #[test]
     fn an_overwrite_of_several_blocks_keeps_the_rest_of_the_files_map() {
-        let (fs, ino) = fs_with_file();
-        let map = fs.file_cache(ino);
-        fill_blocks(&fs, &map, 6);
-        fs.sync().expect("commit");
+        let (fs, ino, map) = committed_file(6);
         // A copy of block 5 makes the leaf this generation's; blocks 1 and 2 stay the last
         // commit's, so a write across them copies both (`Store::overwrite_blocks`).
         assert_eq!(
@@ -908,10 +911,7 @@ mod tests {
     fn a_transaction_over_committed_blocks_keeps_the_rest_of_the_files_map() {
         // Right after a commit, leaves and blocks are the commit's: a write across two blocks
         // is a transaction, which moves the data's stamp once; the map follows it.
-        let (fs, ino) = fs_with_file();
-        let map = fs.file_cache(ino);
-        fill_blocks(&fs, &map, 6);
-        fs.sync().expect("commit");
+        let (fs, ino, map) = committed_file(6);
         assert_the_map_follows_a_write_across_blocks_1_and_2(&fs, ino, &map);
     }
 
@@ -953,10 +953,7 @@ mod tests {
         // writer's own. Here another writer (no map) copies block 1 away, then a write in
         // place through the map (which moves nothing) sees the stamp one past the map's:
         // the map must start again, or it would send reads of block 1 to its old place.
-        let (fs, ino) = fs_with_file();
-        let map = fs.file_cache(ino);
-        fill_blocks(&fs, &map, 4);
-        fs.sync().expect("commit");
+        let (fs, ino, map) = committed_file(4);
         // Block 2 copied through the map (it follows), then block 1 by the other writer.
         assert_eq!(
             fs.write_file(&map, 2 * 4096, &[7u8; 4096]).expect("copy"),
