@@ -105,6 +105,8 @@ pub(crate) fn commit(cx: &Ctx<'_>, facts: &VolumeFacts) -> Result<u64> {
         inline_max: facts.inline_max,
         buffer_bytes: facts.buffer_bytes,
         snapshots: h.snapshots(),
+        // The intent log is not wired yet (see `log_record`).
+        log: None,
     };
     let at = cx.layout.offset(slot);
     cx.region.copy_in(at, &sb.encode());

@@ -16,6 +16,9 @@ mod failpoint;
 mod header;
 mod key;
 mod layout;
+// The intent log's records: a proposal of session 24, tested but not wired yet.
+#[allow(dead_code)]
+mod log_record;
 mod message;
 mod node;
 mod readers;
@@ -38,4 +41,7 @@ pub use store::{
     VerifyReport, View, WriteMarks,
 };
 pub use stream::copy_streaming;
-pub use superblock::{SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME};
+pub use superblock::{
+    SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME, NO_LOG_VERSION,
+    OLDEST_READ_VERSION,
+};

@@ -11,7 +11,11 @@ pub(crate) const SUPER_MAGIC: u64 = u64::from_le_bytes(*b"IRISVOL\0");
 /// that hold a whole 4 KiB write (a larger working header), which moved every region after the
 /// header: older volumes are refused with a message that says to re-create them. (Version 6
 /// checksummed only what a node holds, not its free gap.)
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
+/// The version of volumes without an intent log (see [`LogArea`]): still read, and still
+/// written as such, so a build that knows no log never opens a volume whose log it would not
+/// replay.
+pub const NO_LOG_VERSION: u32 = 7;
 /// The oldest format version this code reads.
 pub const OLDEST_READ_VERSION: u32 = 7;
 /// Snapshot table capacity.
@@ -22,6 +26,24 @@ pub(crate) const SUPER_BYTES: usize = 512;
 const CHECKSUM_OFF: usize = 508;
 const SNAP_OFF: usize = 80;
 pub(crate) const SNAP_ENTRY_BYTES: usize = 48;
+/// The intent log's place (format 8): first block, blocks, then the sequence number replay
+/// starts from.
+const LOG_FIRST: usize = SNAP_OFF + MAX_SNAPSHOTS * SNAP_ENTRY_BYTES;
+const LOG_BLOCKS: usize = LOG_FIRST + 8;
+const LOG_START: usize = LOG_BLOCKS + 4;
+const _: () = assert!(LOG_START + 8 <= CHECKSUM_OFF);
+
+/// Where a volume's intent log lives, and where its replay starts: records numbered `start`
+/// on were written after the commit of this superblock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LogArea {
+    /// Its first block.
+    pub first: u64,
+    /// Its length in blocks.
+    pub blocks: u32,
+    /// The first record number the commit does not hold.
+    pub start: u64,
+}
 
 /// One entry of the snapshot table: a named, kept-alive committed root.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +102,8 @@ pub(crate) struct Superblock {
     /// Bytes of messages an internal node may buffer (0: a plain B+-tree).
     pub buffer_bytes: u32,
     pub snapshots: Vec<SnapshotEntry>,
+    /// The intent log (format 8), or none (format 7).
+    pub log: Option<LogArea>,
 }
 
 fn le64(b: &[u8], at: usize) -> u64 {
@@ -99,7 +123,12 @@ impl Superblock {
     pub fn encode(&self) -> [u8; SUPER_BYTES] {
         let mut b = [0u8; SUPER_BYTES];
         b[0..8].copy_from_slice(&SUPER_MAGIC.to_le_bytes());
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let version = if self.log.is_some() {
+            FORMAT_VERSION
+        } else {
+            NO_LOG_VERSION
+        };
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&self.block_size.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         b[24..32].copy_from_slice(&self.max_blocks.to_le_bytes());
@@ -113,6 +142,11 @@ impl Superblock {
         for (i, s) in self.snapshots.iter().take(MAX_SNAPSHOTS).enumerate() {
             let at = SNAP_OFF + i * SNAP_ENTRY_BYTES;
             s.encode(&mut b[at..at + SNAP_ENTRY_BYTES]);
+        }
+        if let Some(log) = self.log {
+            b[LOG_FIRST..LOG_FIRST + 8].copy_from_slice(&log.first.to_le_bytes());
+            b[LOG_BLOCKS..LOG_BLOCKS + 4].copy_from_slice(&log.blocks.to_le_bytes());
+            b[LOG_START..LOG_START + 8].copy_from_slice(&log.start.to_le_bytes());
         }
         let crc = crate::checksum::crc32c(&b[..CHECKSUM_OFF]);
         b[CHECKSUM_OFF..].copy_from_slice(&crc.to_le_bytes());
@@ -178,7 +212,23 @@ impl Superblock {
             }
             snapshots.push(s);
         }
+        let log = if version >= FORMAT_VERSION {
+            let (first, blocks) = (le64(b, LOG_FIRST), le32(b, LOG_BLOCKS));
+            if blocks == 0 || first < 2 || first.saturating_add(u64::from(blocks)) > backed_blocks {
+                return Err(bad(&format!(
+                    "intent log of {blocks} blocks at {first} outside the volume"
+                )));
+            }
+            Some(LogArea {
+                first,
+                blocks,
+                start: le64(b, LOG_START),
+            })
+        } else {
+            None
+        };
         Ok(Superblock {
+            log,
             block_size,
             generation: le64(b, 16),
             max_blocks,
@@ -234,6 +284,38 @@ mod tests {
                 generation: 6,
                 time_ns: 4,
             }],
+            log: Some(LogArea {
+                first: 300,
+                blocks: 16,
+                start: 12345,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_volume_without_a_log_stays_format_7() {
+        let s = Superblock {
+            log: None,
+            ..sample()
+        };
+        let raw = s.encode();
+        assert_eq!(le32(&raw, 8), NO_LOG_VERSION);
+        assert_eq!(Superblock::decode(&raw, "A").expect("decode"), s);
+    }
+
+    #[test]
+    fn a_log_outside_the_volume_is_corruption() {
+        for (first, blocks) in [(0, 16), (490, 16), (300, 0)] {
+            let s = Superblock {
+                log: Some(LogArea {
+                    first,
+                    blocks,
+                    start: 1,
+                }),
+                ..sample()
+            };
+            let err = Superblock::decode(&s.encode(), "A").expect_err("accepted");
+            assert!(err.to_string().contains("intent log"), "{err}");
         }
     }
 

@@ -327,6 +327,7 @@ impl Store {
                 inline_max,
                 buffer_bytes,
                 snapshots: Vec::new(),
+                log: None,
             };
             region.copy_in(layout.offset(slot), &sb.encode());
             media.persist(layout.offset(slot), SUPER_BYTES as u64)?;
