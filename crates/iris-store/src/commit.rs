@@ -16,7 +16,7 @@
 
 use crate::error::{Result, StoreError};
 use crate::node::{Node, Val};
-use crate::superblock::{self, Superblock, SUPER_BYTES};
+use crate::superblock::{self, LogArea, Superblock, SUPER_BYTES};
 use crate::tree::Ctx;
 
 /// Contiguous block runs to persist, merged as they are added.
@@ -105,8 +105,13 @@ pub(crate) fn commit(cx: &Ctx<'_>, facts: &VolumeFacts) -> Result<u64> {
         inline_max: facts.inline_max,
         buffer_bytes: facts.buffer_bytes,
         snapshots: h.snapshots(),
-        // The intent log is not wired yet (see `log_record`).
-        log: None,
+        // Records numbered from here on are newer than this commit (nothing writes records
+        // yet: see `log_record`).
+        log: h.log_area().map(|(first, blocks)| LogArea {
+            first,
+            blocks,
+            start: h.log_seq().load(std::sync::atomic::Ordering::Acquire),
+        }),
     };
     let at = cx.layout.offset(slot);
     cx.region.copy_in(at, &sb.encode());
@@ -115,6 +120,9 @@ pub(crate) fn commit(cx: &Ctx<'_>, facts: &VolumeFacts) -> Result<u64> {
 
     // Step 3: publish the commit in the working header.
     h.set_committed_root(root);
+    if let Some(log) = sb.log {
+        h.set_log_start(log.start);
+    }
     h.set_committed_slot(slot);
     h.set_committed_gen(wgen);
     h.set_working_gen(wgen + 1);
@@ -191,6 +199,9 @@ pub(crate) fn reconcile(cx: &Ctx<'_>) -> Result<()> {
         h.set_working_gen(sb.generation + 1);
         h.set_dirty(u64::from(h.working_root() != sb.root));
         h.set_last_commit_ns(sb.commit_time_ns);
+        if let Some(log) = sb.log {
+            h.set_log_start(log.start);
+        }
         cx.alloc.apply_pending();
     }
     Ok(())

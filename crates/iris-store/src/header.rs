@@ -50,7 +50,15 @@ const REPAIR_NEEDED: u64 = 688;
 /// The id of the process whose thread backs the volume's next growth ahead of need now (see
 /// [`Header::grow_ahead_pid`]); 0 when none does.
 const GROW_AHEAD_PID: u64 = 696;
-const _: () = assert!(GROW_AHEAD_PID + 8 <= SHAPE_SEQ);
+/// The intent log's first block and length in blocks (0: no log; see `log_record`), and the
+/// first record number the last commit does not hold.
+const LOG_FIRST: u64 = 704;
+const LOG_BLOCKS: u64 = 712;
+const LOG_START: u64 = 720;
+/// The next record number: its own cache line (writers of any partition take numbers).
+const LOG_SEQ: u64 = 768;
+const _: () = assert!(GROW_AHEAD_PID + 8 <= LOG_FIRST);
+const _: () = assert!(LOG_START + 8 <= LOG_SEQ && LOG_SEQ + 64 <= SHAPE_SEQ);
 /// The shape sequence: moved by every change that may move a key to another leaf (see
 /// [`Header::shape_seq`]); its own cache line.
 const SHAPE_SEQ: u64 = 1024;
@@ -246,6 +254,48 @@ impl Header {
     field!(volume_id, set_volume_id, VOLUME_ID);
     field!(pending_lo, set_pending_lo, PENDING_LO);
     field!(pending_hi, set_pending_hi, PENDING_HI);
+    /// The first intent-log record number the last commit does not hold. (Read only by tests
+    /// until the write path, which keeps its records within one lap of it, is wired.)
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn log_start(&self) -> u64 {
+        self.region
+            .atomic_u64(self.off + LOG_START)
+            .load(Ordering::Acquire)
+    }
+
+    /// Note the log start a commit wrote (see [`Header::log_start`]).
+    pub fn set_log_start(&self, v: u64) {
+        self.region
+            .atomic_u64(self.off + LOG_START)
+            .store(v, Ordering::Release)
+    }
+
+    /// The intent log's place (first block, blocks), if the volume has one.
+    pub fn log_area(&self) -> Option<(u64, u32)> {
+        let blocks = self.region.read_u64(self.off + LOG_BLOCKS);
+        (blocks != 0).then(|| (self.region.read_u64(self.off + LOG_FIRST), blocks as u32))
+    }
+
+    /// Name the intent log's place (while nobody else uses the header: creation, recovery).
+    pub fn set_log_area(&self, first: u64, blocks: u32) {
+        self.region.write_u64(self.off + LOG_FIRST, first);
+        self.region
+            .write_u64(self.off + LOG_BLOCKS, u64::from(blocks));
+    }
+
+    /// The next intent-log record number.
+    pub fn log_seq(&self) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(self.off + LOG_SEQ)
+    }
+
+    /// Mark the intent log's blocks in `marks` (they are in use though no tree reaches them).
+    pub fn mark_log(&self, marks: &mut crate::recovery::Marks) {
+        if let Some((first, blocks)) = self.log_area() {
+            for b in first..first + u64::from(blocks) {
+                marks.set(b);
+            }
+        }
+    }
 
     /// Offset of the working-root word (the publish point of the whole working tree).
     pub fn working_root_off(&self) -> u64 {

@@ -265,6 +265,8 @@ pub(crate) fn collect(cx: &Ctx<'_>) -> Result<u64> {
         *w |= snap;
     }
     h.set_snapshot_held(all.count() - live_count);
+    // The intent log is in use though no tree reaches it.
+    h.mark_log(&mut all);
     // Blocks being filled outside the lock by live writers are not garbage yet.
     for b in cx.alloc.reserved() {
         all.set(b);

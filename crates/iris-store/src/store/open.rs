@@ -16,7 +16,7 @@ use crate::header::Header;
 use crate::layout::{Layout, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use crate::recovery::{self, Marks, Walk};
 use crate::region::Region;
-use crate::superblock::{Superblock, SUPER_BYTES};
+use crate::superblock::{LogArea, Superblock, SUPER_BYTES};
 use crate::tree::{max_inline_for, Ctx, Parts};
 use crate::undo::Undo;
 use crate::volume_lock;
@@ -67,6 +67,13 @@ fn recover(
     header.set_snapshots(&sb.snapshots);
     header.set_volume_id(sb.volume_id);
     header.set_last_commit_ns(sb.commit_time_ns);
+    if let Some(log) = sb.log {
+        header.set_log_area(log.first, log.blocks);
+        header.set_log_start(log.start);
+        header
+            .log_seq()
+            .store(log.start, std::sync::atomic::Ordering::Release);
+    }
     let parts = Parts {
         region,
         layout,
@@ -82,6 +89,7 @@ fn recover(
         recovery::mark_tree(&cx, s.root, &mut marks, Walk::MarkVerified, sb.generation)?;
     }
     header.set_snapshot_held(marks.count() - live);
+    header.mark_log(&mut marks);
     alloc.mark_used(marks.words());
     header.set_used_blocks(alloc.count_used());
     header.stamp(boot_id);
@@ -296,8 +304,9 @@ impl Store {
                 "buffer of {buffer_bytes} bytes: must be a multiple of 8, at most half a block"
             )));
         }
+        let log_blocks = log_blocks_for(u64::from(bs), max_blocks - layout.data_start);
         let backed_blocks = (opts.initial_bytes / u64::from(bs))
-            .max(layout.data_start + 64)
+            .max(layout.data_start + u64::from(log_blocks) + 64)
             .min(max_blocks);
         media.grow(layout.offset(backed_blocks))?;
         let region = Region::new(media.base(), media.mapped_len());
@@ -310,6 +319,13 @@ impl Store {
         header.seed_shape_seq(shape_seed());
         header.set_backed_blocks(backed_blocks);
         alloc.reset();
+        // The intent log: the first data blocks, in use from the start.
+        let log_first = layout.data_start;
+        for b in log_first..log_first + u64::from(log_blocks) {
+            alloc.set_used(b);
+        }
+        header.set_used_blocks(alloc.count_used());
+        header.set_log_area(log_first, log_blocks);
         let volume_id = commit::now_ns() ^ (u64::from(std::process::id()) << 32);
         header.set_volume_id(volume_id);
         header.set_committed_gen(1);
@@ -327,7 +343,11 @@ impl Store {
                 inline_max,
                 buffer_bytes,
                 snapshots: Vec::new(),
-                log: None,
+                log: Some(LogArea {
+                    first: log_first,
+                    blocks: log_blocks,
+                    start: 0,
+                }),
             };
             region.copy_in(layout.offset(slot), &sb.encode());
             media.persist(layout.offset(slot), SUPER_BYTES as u64)?;
@@ -475,5 +495,104 @@ impl Store {
             store.start_commit_timer(every);
         }
         store
+    }
+}
+
+/// Bytes of a new volume's intent log (see `log_record`): 8192 records.
+const LOG_BYTES: u64 = 1 << 20;
+
+/// Blocks of a new volume's intent log: [`LOG_BYTES`], but at most a 64th of `data_blocks`
+/// (a small volume keeps its space) and at least one.
+fn log_blocks_for(bs: u64, data_blocks: u64) -> u32 {
+    (LOG_BYTES / bs).min(data_blocks / 64).max(1) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use iris_media::SimMedia;
+
+    use super::*;
+    use crate::key::Key;
+
+    fn boot(id: u128) -> OpenOptions {
+        OpenOptions {
+            boot_id: Some(id),
+            commit_interval: None,
+        }
+    }
+
+    /// Every value block of keys `(1, 0..n)` lies outside `log` (first, blocks).
+    fn assert_values_outside(s: &Store, n: u64, (first, blocks): (u64, u32)) {
+        for i in 0..n {
+            let at = s
+                .read(|v| {
+                    Ok(match v.get_located(Key::new(1, i))? {
+                        Some(crate::store::Located::Block(at)) => at.block(),
+                        other => panic!("key {i}: {other:?}"),
+                    })
+                })
+                .expect("read");
+            assert!(
+                !(first..first + u64::from(blocks)).contains(&at),
+                "key {i} in the log's block {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_new_volumes_intent_log_stays_in_use_through_commits_collection_and_power_loss() {
+        let sim = Arc::new(SimMedia::new(16 << 20));
+        let opts = CreateOptions {
+            block_size: 4096,
+            size_limit_bytes: 16 << 20,
+            initial_bytes: 16 << 20,
+            inline_max: None,
+            buffer_bytes: 0,
+        };
+        let s = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
+        let layout = s.inner.layout;
+        let log = s.inner.header.log_area().expect("a new volume has a log");
+        assert_eq!(log.0, layout.data_start);
+        assert_eq!(
+            log.1,
+            log_blocks_for(4096, layout.max_blocks - layout.data_start)
+        );
+        for i in 0..500u64 {
+            s.put_block(Key::new(1, i), 4096, |out| out.fill(i as u8))
+                .expect("put");
+        }
+        s.commit().expect("commit");
+        assert_values_outside(&s, 500, log);
+        assert_eq!(s.collect_garbage().expect("collect"), 0);
+        assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+        let (_, sb) = commit::read_superblocks(&s.inner.cx()).expect("superblocks");
+        assert_eq!(
+            sb.log,
+            Some(LogArea {
+                first: log.0,
+                blocks: log.1,
+                start: s.inner.header.log_start(),
+            })
+        );
+        drop(s);
+
+        // Another boot: the header is rebuilt from the superblock, the log with it.
+        let again = SimMedia::from_image(&sim.working_image());
+        let s = Store::open_on(Box::new(again), &boot(2)).expect("reopen");
+        assert_eq!(s.inner.header.log_area(), Some(log));
+        for b in log.0..log.0 + u64::from(log.1) {
+            assert!(
+                s.inner.alloc.is_used(b),
+                "log block {b} free after recovery"
+            );
+        }
+        for i in 500..1000u64 {
+            s.put_block(Key::new(1, i), 4096, |out| out.fill(i as u8))
+                .expect("put");
+        }
+        assert_values_outside(&s, 1000, log);
+        assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
     }
 }
