@@ -354,6 +354,22 @@ impl Allocator {
         None
     }
 
+    /// Claim block `b` itself, if it is a free data block of the backed volume (caller holds
+    /// every lock): for a value whose block was chosen before the free map was rebuilt (an
+    /// intent-log record's, see `Store::replay_log`). False, nothing changed, otherwise.
+    pub fn claim(&self, b: u64) -> bool {
+        let backed = self.header.backed_blocks().min(self.layout.max_blocks);
+        if b < self.layout.data_start || b >= backed {
+            return false;
+        }
+        let (word, bit) = (b / 64, 1u64 << (b % 64));
+        if self.w_word(word).fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return false;
+        }
+        self.header.add_used(share_of(word), 1);
+        true
+    }
+
     /// Blocks held back for transactions that free space: deleting a file must first copy the
     /// leaves it changes (copy on write), and only the commit after it gives its blocks back,
     /// so a volume that filled up must still have room for that or it could never be emptied.
