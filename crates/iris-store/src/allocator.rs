@@ -285,6 +285,19 @@ impl Allocator {
         set && gen == self.header.working_gen()
     }
 
+    /// Block `b`, allocated in the working generation, is named by an intent-log record (see
+    /// `log_record`): no longer fresh, so nothing writes it in place (replay would point its key
+    /// at bytes changed after the sync) and its free waits for the next commit (replay would
+    /// point the key at another value's bytes). Caller holds the lock of the partition whose
+    /// key names it.
+    pub fn settle_logged(&self, b: u64) {
+        if b < self.layout.data_start || b >= self.layout.max_blocks {
+            return;
+        }
+        let (_, bits) = self.fresh_pair(b / 64);
+        bits.fetch_and(!(1 << (b % 64)), Ordering::AcqRel);
+    }
+
     /// Start loading the fresh map's line for block `b` (a hint).
     #[inline]
     pub fn prefetch_fresh(&self, b: u64) {

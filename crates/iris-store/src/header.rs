@@ -254,9 +254,8 @@ impl Header {
     field!(volume_id, set_volume_id, VOLUME_ID);
     field!(pending_lo, set_pending_lo, PENDING_LO);
     field!(pending_hi, set_pending_hi, PENDING_HI);
-    /// The first intent-log record number the last commit does not hold. (Read only by tests
-    /// until the write path, which keeps its records within one lap of it, is wired.)
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The first intent-log record number the last commit does not hold (synced writes keep
+    /// their records within one lap of it).
     pub fn log_start(&self) -> u64 {
         self.region
             .atomic_u64(self.off + LOG_START)

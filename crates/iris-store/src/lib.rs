@@ -17,7 +17,6 @@ mod header;
 mod key;
 mod layout;
 // The intent log's records: a proposal of session 24, tested but not wired yet.
-#[allow(dead_code)]
 mod log_record;
 mod message;
 mod node;

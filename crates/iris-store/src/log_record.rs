@@ -1,5 +1,5 @@
-//! Records of the intent log (a proposal of session 24, not wired yet): what a synced write
-//! changed since the last commit, durable without switching the root. One record names a data
+//! Records of the intent log (written by `store::intent` for synced writes): what a synced
+//! write changed since the last commit, durable without switching the root. One record names a data
 //! key's new block and length, and the words the same write set in another key's value (a
 //! file's size and times in its inode). Records carry a sequence number: replay after power
 //! loss applies those from the superblock's log start on, in order, and skips a record whose

@@ -31,6 +31,7 @@ use crate::volume_lock::{self, Acquired};
 mod hint;
 mod in_place;
 mod inspect;
+mod intent;
 mod locations;
 mod open;
 mod overwrite;
@@ -1057,6 +1058,11 @@ impl Store {
             check_then(inner, then.as_ref())?;
             let cx = inner.cx();
             let stamp_before = then.as_ref().map(|t| inner.header.change_stamp(t.key));
+            // A sync follows: into the intent log instead of a commit, if the value goes out
+            // of line and the log may take it (see `intent`).
+            let loggable = then
+                .as_ref()
+                .is_some_and(|t| t.sync_expected && inner.log_room(key, t.key));
             let mut txn = Txn::begin(cx, false);
             let mut replaced = false;
             let r = (|| {
@@ -1098,6 +1104,10 @@ impl Store {
                         .bytes_mut(inner.layout.offset(block), len as u64);
                     f(old_bytes, out);
                     inner.latency.on_write(1);
+                    if loggable {
+                        inner.persist_logged_block(block, len as u64)?;
+                        txn.set_logged();
+                    }
                     txn.put_at(
                         &spot,
                         key,
@@ -1122,12 +1132,25 @@ impl Store {
                     let located = at.map(|at| (inner.header.change_stamp(key), at));
                     let expected = then.as_ref().is_some_and(|t| t.sync_expected);
                     let patch_key = then.as_ref().map(|t| t.key);
-                    let (found, patched) =
-                        Self::then_patch_locked(inner, then, replaced, stamp_before)?;
+                    let mut words = Patch::default();
+                    let logged_at = at.filter(|_| loggable);
+                    let (found, patched) = Self::then_patch_locked(
+                        inner,
+                        then,
+                        replaced,
+                        stamp_before,
+                        logged_at.map(|_| &mut words),
+                    )?;
                     // Every lock held: the patched key's stamp now is the one right after this
                     // write (read before the commit, which may move stamps).
                     let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
-                    Self::commit_if_sync_expected(inner, &g, expected);
+                    let logged = match (logged_at, patch_key) {
+                        (Some(at), Some(pk)) => {
+                            inner.log_write(key, at.block, at.len, pk, words.words())?
+                        }
+                        _ => false,
+                    };
+                    Self::commit_if_sync_expected(inner, &g, expected && !logged);
                     drop(g);
                     return Ok(BlockPut {
                         found,
@@ -1175,6 +1198,8 @@ impl Store {
         }
         let g = inner.lock()?;
         check_then(inner, Some(&then))?;
+        // A sync follows: into the intent log instead of a commit if it may (see `intent`).
+        let loggable = then.sync_expected && inner.log_room(key, then.key);
         let mut txn = Txn::begin(inner.cx(), false);
         let inserted = (|| {
             let spot = txn.locate(key)?;
@@ -1192,6 +1217,10 @@ impl Store {
                     .bytes_mut(inner.layout.offset(block), len as u64),
             );
             inner.latency.on_write(1);
+            if loggable {
+                inner.persist_logged_block(block, len as u64)?;
+                txn.set_logged();
+            }
             let at = BlockRef {
                 block,
                 len: len as u32,
@@ -1215,8 +1244,15 @@ impl Store {
             }
         };
         txn.commit_publish();
-        let found =
-            Self::patch_locked(inner, then.key, |old, p| (then.patch)(old, false, p), true)?;
+        let mut words = Patch::default();
+        let found = Self::patch_locked_logged(
+            inner,
+            then.key,
+            |old, p| (then.patch)(old, false, p),
+            true,
+            loggable.then_some(&mut words),
+        )?;
+        let logged = loggable && inner.log_write(key, at.block, at.len, then.key, words.words())?;
         let put = BlockPut {
             found,
             replaced: false,
@@ -1225,7 +1261,7 @@ impl Store {
             located: Some((inner.header.change_stamp(key), at)),
             moved: true,
         };
-        Self::commit_if_sync_expected(inner, &g, then.sync_expected);
+        Self::commit_if_sync_expected(inner, &g, then.sync_expected && !logged);
         Ok(Some(put))
     }
 
@@ -1311,7 +1347,7 @@ impl Store {
         };
         txn.commit_publish();
         // (A write expecting a sync went the way of `put_sized_then_patch` above.)
-        let (found, patched) = Self::then_patch_locked(inner, then, replaced, stamp_before)?;
+        let (found, patched) = Self::then_patch_locked(inner, then, replaced, stamp_before, None)?;
         let stamp = inner.header.change_stamp(key);
         let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
         drop(g);
@@ -1442,6 +1478,7 @@ impl Store {
         then: Option<ThenPatch<F>>,
         replaced: bool,
         stamp_before: Option<u64>,
+        logged: Option<&mut Patch>,
     ) -> Result<(bool, bool)> {
         match then {
             Some(t)
@@ -1452,8 +1489,13 @@ impl Store {
                 Ok((true, false))
             }
             Some(mut t) => {
-                let found =
-                    Self::patch_locked(inner, t.key, |old, p| (t.patch)(old, replaced, p), true)?;
+                let found = Self::patch_locked_logged(
+                    inner,
+                    t.key,
+                    |old, p| (t.patch)(old, replaced, p),
+                    true,
+                    logged,
+                )?;
                 Ok((found, true))
             }
             None => Ok((true, false)),
@@ -1483,10 +1525,26 @@ impl Store {
         f: impl FnOnce(&[u8], &mut Patch),
         follows_a_write: bool,
     ) -> Result<bool> {
+        Self::patch_locked_logged(inner, key, f, follows_a_write, None)
+    }
+
+    /// [`Store::patch_locked`]; with `logged`, the patch completes a write going into the
+    /// intent log: its publish notes nothing for syncs (see `Txn::set_logged`) and the words
+    /// it set are left in `logged` (none when it changed nothing) for the record.
+    fn patch_locked_logged(
+        inner: &Inner,
+        key: Key,
+        f: impl FnOnce(&[u8], &mut Patch),
+        follows_a_write: bool,
+        logged: Option<&mut Patch>,
+    ) -> Result<bool> {
         let cx = inner.cx();
         let mut txn = Txn::begin(cx, false);
         if follows_a_write {
             txn.use_reserve();
+        }
+        if logged.is_some() {
+            txn.set_logged();
         }
         let spot = txn.locate(key)?;
         let Some(old) = txn.value_at(&spot)? else {
@@ -1498,6 +1556,9 @@ impl Store {
             // Nothing to change: no copy of a committed leaf, nothing for the next commit.
             txn.abort();
             return Ok(true);
+        }
+        if let Some(out) = logged {
+            *out = patch;
         }
         let words = patch.words();
         let r = match txn.patch_at(&spot, words) {

@@ -347,6 +347,9 @@ pub(crate) struct Txn<'a> {
     reserve: bool,
     /// A key whose bytes changed in place (no stamp moves for that): noted as written too.
     written_in_place: Option<Key>,
+    /// The change is in the intent log (see [`Txn::set_logged`]): its publish notes no
+    /// generation for syncs.
+    logged: bool,
     /// Writer partitions whose write sequences this transaction made odd at its publish, made
     /// even again once its change stamps moved (see [`Txn::announce`]).
     announced: u64,
@@ -388,6 +391,7 @@ impl<'a> Txn<'a> {
             in_place: false,
             reserve: false,
             written_in_place: None,
+            logged: false,
             announced: 0,
             finished: false,
             adopted: Vec::new(),
@@ -399,6 +403,13 @@ impl<'a> Txn<'a> {
     /// notes the write's generation for syncs, see `Header::note_written`).
     pub fn note_written_in_place(&mut self, key: Key) {
         self.written_in_place = Some(key);
+    }
+
+    /// This transaction's change goes into the intent log (a synced write, see `log_record`):
+    /// durable once its record is, so its publish leaves the generation that syncs wait for
+    /// (`Header::note_written`) alone.
+    pub fn set_logged(&mut self) {
+        self.logged = true;
     }
 
     /// Let this transaction allocate from the reserve: it frees space (a deletion), which a full
@@ -1121,9 +1132,11 @@ impl<'a> Txn<'a> {
                 .publish_u64(self.cx.header.working_root_off(), self.root);
         }
         self.cx.header.mark_dirty();
-        self.cx
-            .header
-            .note_written(&self.touched, self.written_in_place, self.wgen);
+        if !self.logged {
+            self.cx
+                .header
+                .note_written(&self.touched, self.written_in_place, self.wgen);
+        }
         // Before any released block can be reused: a cached location of an old value must be
         // seen stale by then (see Header::change_stamp).
         #[cfg(test)]
@@ -1137,8 +1150,12 @@ impl<'a> Txn<'a> {
             if self.is_fresh(block) {
                 // Never published: no reader can have seen it.
                 self.cx.alloc.free_now(block);
-            } else if birth == self.wgen {
+            } else if birth == self.wgen && self.cx.alloc.is_fresh(block) {
                 self.cx.alloc.release(self.part, block);
+            } else if birth == self.wgen {
+                // Of this generation but not fresh: an intent-log record may name it (see
+                // `Allocator::settle_logged`), so it must not be reused before the commit.
+                self.cx.alloc.defer_free(block);
             } else if newest_snapshot.is_some_and(|s| s >= birth) {
                 // A snapshot still reaches it; deleting the snapshot reclaims it.
                 self.cx.header.add_snapshot_held(1);

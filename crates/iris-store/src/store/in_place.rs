@@ -368,7 +368,8 @@ impl Store {
                         let spot = inner.locate_in_place(&txn, *key)?;
                         match txn.value_at(&spot)? {
                             Some(Val::Block { block, len, gen })
-                                if gen == inner.header.working_gen() =>
+                                if gen == inner.header.working_gen()
+                                    && inner.alloc.is_fresh(block) =>
                             {
                                 BlockRef { block, len }
                             }
@@ -433,7 +434,8 @@ impl Store {
                 let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
                     return Ok(InPlaceOutcome::No);
                 };
-                if gen != inner.header.working_gen() {
+                // (A block an intent-log record names is of this generation, not fresh.)
+                if gen != inner.header.working_gen() || !inner.alloc.is_fresh(block) {
                     return Ok(InPlaceOutcome::No);
                 }
                 (block, len)

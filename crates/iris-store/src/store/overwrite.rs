@@ -182,7 +182,9 @@ impl Store {
         let Some(Val::Block { block, len, gen }) = txn.value_at(&spot)? else {
             return Ok(None);
         };
+        // (Of this generation and fresh: a block an intent-log record names is not.)
         if gen != inner.header.working_gen()
+            || !inner.alloc.is_fresh(block)
             || offset < len as usize
             || !txn.replaceable_in_place(&spot, len)?
         {
