@@ -347,69 +347,80 @@ fn a_file_sync_commits_unless_the_files_changes_are_committed_and_survives_power
 }
 
 #[test]
-fn a_write_of_a_file_synced_after_each_write_commits_so_its_sync_has_nothing_to_do() {
-    // Under fdatasync after every write, the write that copies a committed block holds every
-    // lock anyway: it commits before it lets go, and the sync that follows returns at once.
-    // Only for a file whose last sync covered exactly one write, only at the first write since.
+fn a_write_of_a_file_synced_after_each_write_goes_into_the_log_and_survives_power_loss() {
+    // Under fdatasync after every write, the write after a sync persists its block and a record
+    // of the intent log instead of committing, and the sync that follows has nothing to do.
+    // After power loss, replay puts every such write back on top of the last commit.
     let (sim, fs, a, b) = two_files();
     fs.write(a, 0, &[1u8; 16384]).expect("write a");
     fs.write(b, 0, &[2u8; 4096]).expect("write b");
-    // A sync, one write, a sync: the pattern. The write does not commit.
+    // A sync, one write, a sync: the pattern the hint follows (the first write is not logged).
     fs.sync_inode(a).expect("sync a");
-    let before = commits(&fs);
     fs.write(a, 0, &[1u8; 4096]).expect("write a");
-    assert_eq!(commits(&fs), before, "a write committed before the pattern");
     fs.sync_inode(a).expect("sync a");
     let base = commits(&fs);
-    for (i, (off, len)) in [(4096u64, 4096usize), (100, 512), (8192, 4096), (12300, 300)]
-        .into_iter()
-        .enumerate()
+    // Whole blocks, parts of blocks, and a write that grows the file: none commits.
+    for (i, (off, len)) in [
+        (4096u64, 4096usize),
+        (100, 512),
+        (8192, 4096),
+        (12300, 300),
+        (16384, 4096),
+    ]
+    .into_iter()
+    .enumerate()
     {
-        let before = commits(&fs);
         fs.write(a, off, &vec![10 + i as u8; len]).expect("write a");
-        assert_eq!(commits(&fs), before + 1, "write {i} after a sync");
         fs.sync_inode(a).expect("sync a");
-        assert_eq!(commits(&fs), before + 1, "sync {i} had work left");
+        assert_eq!(commits(&fs), base, "synced write {i} committed");
     }
-    // A second write since the sync, and writes of a file never synced: no commit.
-    let before = commits(&fs);
+    assert_eq!(fs.getattr(a).expect("stat a").size, 20480);
+    // A write the sync hint does not cover (a second one since the sync) is not logged: the
+    // file's next sync commits it, b's write with it (a commit is of the whole tree).
     fs.write(a, 0, &[3u8; 4096]).expect("write a");
     fs.write(a, 4096, &[4u8; 4096]).expect("write a again");
     fs.write(b, 0, &[5u8; 4096]).expect("write b");
-    assert_eq!(
-        commits(&fs),
-        before + 1,
-        "only the first write after the sync"
-    );
-    assert_eq!(commits(&fs), base + 5);
-    // That sync covered two writes: the next cycle's write does not commit early.
+    assert_eq!(commits(&fs), base, "an unsynced write committed");
     fs.sync_inode(a).expect("sync a");
-    let before = commits(&fs);
+    assert_eq!(commits(&fs), base + 1, "a sync of unlogged writes did not commit");
+    // The pattern again (its first write committed by its sync), then a logged write; then a
+    // write never synced.
+    fs.write(a, 4096, &[7u8; 4096]).expect("write a");
+    fs.sync_inode(a).expect("sync a");
+    assert_eq!(commits(&fs), base + 2);
     fs.write(a, 8192, &[6u8; 4096]).expect("write a");
-    assert_eq!(
-        commits(&fs),
-        before,
-        "a file written twice per sync committed early"
-    );
-    // What the early commits made durable survives power loss; the writes after them do not.
+    fs.sync_inode(a).expect("sync a");
+    assert_eq!(commits(&fs), base + 2, "a synced write after a commit committed");
+    // (The first write after that sync is logged, as the hint expects a sync: it may survive;
+    // the second is not.)
+    fs.write(a, 16384, &[8u8; 4096]).expect("unsynced write a");
+    fs.write(a, 0, &[9u8; 100]).expect("unsynced write a");
+    // The synced state survives power loss; the write never synced does not.
     let mut rng = StdRng::seed_from_u64(11);
     let image = sim.crash_image(&mut rng, 0.5);
     drop(fs);
     let store =
         Store::open_on(Box::new(Arc::new(SimMedia::from_image(&image))), &boot(2)).expect("reopen");
+    let report = store.verify().expect("verify");
+    assert_eq!(report.leaked_blocks, 0, "leaked blocks after replay");
     let fs = Fs::on_store(store).expect("fs");
-    let mut got = vec![0u8; 16384];
-    assert_eq!(fs.read(a, 0, &mut got).expect("read a"), 16384);
+    assert!(fs.check().expect("fs check").problems.is_empty());
+    assert_eq!(fs.getattr(a).expect("stat a").size, 20480, "size of a");
+    let mut got = vec![0u8; 20480];
+    assert_eq!(fs.read(a, 0, &mut got).expect("read a"), 20480);
+    assert!(got[..4096].iter().all(|&x| x == 3), "unsynced write survived");
+    assert!(got[4096..8192].iter().all(|&x| x == 7), "committed write lost");
     assert!(
-        got[..4096].iter().all(|&x| x == 3),
-        "first write after the last sync"
+        got[8192..12288].iter().all(|&x| x == 6),
+        "synced write after the commit lost"
     );
-    assert!(got[4096..8192].iter().all(|&x| x == 4), "synced write lost");
+    assert!(got[12288..12300].iter().all(|&x| x == 1));
+    assert!(got[12300..12600].iter().all(|&x| x == 13), "logged write lost");
+    assert!(got[12600..16384].iter().all(|&x| x == 1));
     assert!(
-        got[8192..12288].iter().all(|&x| x == 12),
-        "uncommitted write survived"
+        got[16384..].iter().all(|&x| x == 14) || got[16384..].iter().all(|&x| x == 8),
+        "logged growth lost"
     );
-    assert!(got[12300..12600].iter().all(|&x| x == 13));
     let mut gb = vec![0u8; 4096];
     assert_eq!(fs.read(b, 0, &mut gb).expect("read b"), 4096);
     assert!(
