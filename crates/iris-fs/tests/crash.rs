@@ -382,7 +382,11 @@ fn a_write_of_a_file_synced_after_each_write_goes_into_the_log_and_survives_powe
     fs.write(b, 0, &[5u8; 4096]).expect("write b");
     assert_eq!(commits(&fs), base, "an unsynced write committed");
     fs.sync_inode(a).expect("sync a");
-    assert_eq!(commits(&fs), base + 1, "a sync of unlogged writes did not commit");
+    assert_eq!(
+        commits(&fs),
+        base + 1,
+        "a sync of unlogged writes did not commit"
+    );
     // The pattern again (its first write committed by its sync), then a logged write; then a
     // write never synced.
     fs.write(a, 4096, &[7u8; 4096]).expect("write a");
@@ -390,7 +394,11 @@ fn a_write_of_a_file_synced_after_each_write_goes_into_the_log_and_survives_powe
     assert_eq!(commits(&fs), base + 2);
     fs.write(a, 8192, &[6u8; 4096]).expect("write a");
     fs.sync_inode(a).expect("sync a");
-    assert_eq!(commits(&fs), base + 2, "a synced write after a commit committed");
+    assert_eq!(
+        commits(&fs),
+        base + 2,
+        "a synced write after a commit committed"
+    );
     // (The first write after that sync is logged, as the hint expects a sync: it may survive;
     // the second is not.)
     fs.write(a, 16384, &[8u8; 4096]).expect("unsynced write a");
@@ -408,14 +416,23 @@ fn a_write_of_a_file_synced_after_each_write_goes_into_the_log_and_survives_powe
     assert_eq!(fs.getattr(a).expect("stat a").size, 20480, "size of a");
     let mut got = vec![0u8; 20480];
     assert_eq!(fs.read(a, 0, &mut got).expect("read a"), 20480);
-    assert!(got[..4096].iter().all(|&x| x == 3), "unsynced write survived");
-    assert!(got[4096..8192].iter().all(|&x| x == 7), "committed write lost");
+    assert!(
+        got[..4096].iter().all(|&x| x == 3),
+        "unsynced write survived"
+    );
+    assert!(
+        got[4096..8192].iter().all(|&x| x == 7),
+        "committed write lost"
+    );
     assert!(
         got[8192..12288].iter().all(|&x| x == 6),
         "synced write after the commit lost"
     );
     assert!(got[12288..12300].iter().all(|&x| x == 1));
-    assert!(got[12300..12600].iter().all(|&x| x == 13), "logged write lost");
+    assert!(
+        got[12300..12600].iter().all(|&x| x == 13),
+        "logged write lost"
+    );
     assert!(got[12600..16384].iter().all(|&x| x == 1));
     assert!(
         got[16384..].iter().all(|&x| x == 14) || got[16384..].iter().all(|&x| x == 8),
@@ -578,4 +595,153 @@ fn a_read_past_the_values_end_inside_the_file_reads_zeros() {
         assert_eq!(&got[..5], &[7u8; 5]);
         assert!(got[5..].iter().all(|&x| x == 0));
     }
+}
+
+/// The contents of file `ino` (all its bytes, its size their length).
+fn contents(fs: &Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).expect("stat").size as usize;
+    let mut buf = vec![0u8; size];
+    let n = fs.read(ino, 0, &mut buf).expect("read");
+    buf.truncate(n);
+    buf
+}
+
+/// One power loss among random writes, most of them each followed by the file's sync (the
+/// writes the intent log takes), some not, truncations, appends and whole-tree syncs. After
+/// the reboot every file must hold one of its states since its last acknowledged sync (its
+/// own, or a commit's): a state as of one of its operations, never a mix, never older.
+fn synced_writes_point(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let bs: u32 = if seed.is_multiple_of(3) { 512 } else { 4096 };
+    let size = 8u64 << 20;
+    let sim = Arc::new(SimMedia::new(size));
+    let opts = CreateOptions {
+        block_size: bs,
+        size_limit_bytes: size,
+        initial_bytes: size,
+        inline_max: None,
+        buffer_bytes: if seed % 2 == 1 { bs / 4 } else { 0 },
+    };
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
+    let fs = Fs::on_store(store).expect("fs");
+    let files: Vec<u64> = (0..3)
+        .map(|i| {
+            let name = format!("/f{i}");
+            fs.open(
+                &Cred::root(),
+                ROOT_INO,
+                name.as_bytes(),
+                libc::O_CREAT | libc::O_RDWR,
+                0o644,
+            )
+            .expect("create")
+            .ino
+        })
+        .collect();
+    fs.sync().expect("commit");
+    // Each file's states since its last durable point (its sync, or any commit).
+    let mut history: HashMap<u64, Vec<Vec<u8>>> =
+        files.iter().map(|&f| (f, vec![Vec::new()])).collect();
+    let mut maps = Maps::new();
+    sim.crash_at_persist(rng.gen_range(1..80));
+    let bsz = bs as usize;
+    for _ in 0..200 {
+        let f = files[rng.gen_range(0..files.len())];
+        let commits_before = commits(&fs);
+        let op = rng.gen_range(0..20);
+        let done = match op {
+            0..=11 => {
+                let (off, len) = match rng.gen_range(0..4) {
+                    0 | 1 => ((rng.gen_range(0..6) * bsz) as u64, bsz),
+                    2 => (rng.gen_range(0..6 * bsz) as u64, rng.gen_range(1..300)),
+                    _ => (rng.gen_range(0..6 * bsz) as u64, rng.gen_range(1..3 * bsz)),
+                };
+                let data = vec![rng.gen::<u8>() | 1; len];
+                let written = if rng.gen_bool(0.5) {
+                    let map = maps.entry(f).or_insert_with(|| fs.file_cache(f));
+                    fs.write_file(map, off, &data).map(|_| ())
+                } else {
+                    fs.write(f, off, &data).map(|_| ())
+                };
+                // Most writes are synced at once, as under fdatasync=1.
+                written.and_then(|()| {
+                    if op < 9 {
+                        fs.sync_inode(f).map(|()| true)
+                    } else {
+                        Ok(false)
+                    }
+                })
+            }
+            12 | 13 => fs
+                .append(f, &vec![rng.gen::<u8>() | 1; rng.gen_range(1..200)])
+                .and_then(|_| fs.sync_inode(f).map(|()| true)),
+            14 => fs
+                .truncate(f, rng.gen_range(0..6 * bsz) as u64)
+                .map(|()| false),
+            15 => fs.sync_inode(f).map(|()| true),
+            _ => fs.sync().map(|()| true),
+        };
+        // The op's effect (made or not) is one more state the file may be found in.
+        history.get_mut(&f).expect("file").push(contents(&fs, f));
+        match done {
+            Ok(true) => {
+                // Synced: nothing older may come back; a commit made every file durable.
+                let committed = commits(&fs) > commits_before;
+                for (&g, h) in history.iter_mut() {
+                    if g == f || committed {
+                        *h = vec![contents(&fs, g)];
+                    }
+                }
+            }
+            Ok(false) => {}
+            Err(_) => break,
+        }
+    }
+    sim.lose_power();
+    let image = sim.crash_image(&mut rng, 0.5);
+    drop(maps);
+    drop(fs);
+    let store = Store::open_on(Box::new(Arc::new(SimMedia::from_image(&image))), &boot(2))
+        .unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
+    let report = store
+        .verify()
+        .unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
+    assert_eq!(report.leaked_blocks, 0, "seed {seed}: leaked blocks");
+    let fs = Fs::on_store(store).expect("fs");
+    let check = fs
+        .check()
+        .unwrap_or_else(|e| panic!("seed {seed}: fs check: {e}"));
+    assert!(
+        check.problems.is_empty(),
+        "seed {seed}: {:?}",
+        check.problems
+    );
+    for (&f, states) in &history {
+        let got = contents(&fs, f);
+        assert!(
+            states.contains(&got),
+            "seed {seed}: file {f} after power loss ({} bytes) is none of its {} states since its last sync",
+            got.len(),
+            states.len()
+        );
+    }
+}
+
+#[test]
+fn power_loss_keeps_every_synced_write() {
+    let points: u64 = std::env::var("IRIS_FS_CRASH_POINTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    std::thread::scope(|s| {
+        for w in 0..2u64 {
+            s.spawn(move || {
+                let mut seed = w;
+                while seed < points {
+                    synced_writes_point(seed);
+                    seed += 2;
+                }
+            });
+        }
+    });
 }

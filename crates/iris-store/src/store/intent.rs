@@ -29,7 +29,8 @@ impl Inner {
             return false;
         };
         let committed = self.header.committed_gen();
-        if self.header.written_gen(key) > committed || self.header.written_gen(patch_key) > committed
+        if self.header.written_gen(key) > committed
+            || self.header.written_gen(patch_key) > committed
         {
             return false;
         }
@@ -59,7 +60,8 @@ impl Inner {
         words: &[(usize, u64)],
     ) -> Result<bool> {
         self.alloc.settle_logged(block);
-        let fits = words.len() <= MAX_WORDS && words.iter().all(|(o, _)| *o <= usize::from(u16::MAX));
+        let fits =
+            words.len() <= MAX_WORDS && words.iter().all(|(o, _)| *o <= usize::from(u16::MAX));
         let seq = self.header.log_seq().fetch_add(1, Ordering::AcqRel);
         let placed = match self.header.log_area() {
             Some((first, blocks)) if fits => {
@@ -72,7 +74,8 @@ impl Inner {
         let Some(at) = placed else {
             // Not in the log: the sync that follows commits it.
             let gen = self.header.working_gen();
-            self.header.note_written(&StampMask::default(), Some(key), gen);
+            self.header
+                .note_written(&StampMask::default(), Some(key), gen);
             self.header
                 .note_written(&StampMask::default(), Some(patch_key), gen);
             return Ok(false);
@@ -104,5 +107,100 @@ impl Inner {
             return Err(e.into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::key::Key;
+    use crate::store::{test_store, BlockPut, Patch, Store, ThenPatch};
+
+    const INODE: Key = Key { hi: 7, lo: 0 };
+
+    fn data(n: u64) -> Key {
+        Key { hi: 7, lo: 1 + n }
+    }
+
+    /// A write of `key` (a block of `byte`) that expects a sync, patching word 0 of `INODE`.
+    fn synced_put(s: &Store, key: Key, byte: u8) -> BlockPut {
+        let then = ThenPatch {
+            key: INODE,
+            unless_unchanged_since: None,
+            patch: |_: &[u8], _: bool, p: &mut Patch| p.set(0, u64::from(byte)),
+            sync_expected: true,
+            only_if_unchanged_since: None,
+        };
+        s.put_block_then_patch(key, 4096, |out| out.fill(byte), Some(then))
+            .expect("synced put")
+    }
+
+    fn commits(s: &Store) -> u64 {
+        s.stats().expect("stats").commits
+    }
+
+    #[test]
+    fn a_logged_write_commits_nothing_and_its_block_is_freed_only_by_the_commit() {
+        let s = test_store();
+        s.put(INODE, &[0u8; 64]).expect("inode");
+        s.put_block(data(0), 4096, |out| out.fill(1))
+            .expect("block");
+        s.commit().expect("commit");
+        let before = commits(&s);
+        let put = synced_put(&s, data(0), 2);
+        let logged = put.located.expect("out of line").1.block;
+        assert_eq!(commits(&s), before, "a logged write committed");
+        let inner = &*s.inner;
+        assert!(
+            inner.header.written_gen(data(0)) <= inner.header.committed_gen()
+                && inner.header.written_gen(INODE) <= inner.header.committed_gen(),
+            "a logged write left its sync something to commit"
+        );
+        assert!(
+            !inner.alloc.is_fresh(logged),
+            "a logged block is writable in place"
+        );
+        // Its record: the key, its block, the patch's word.
+        let (first, blocks) = inner.header.log_area().expect("a log");
+        let area = inner
+            .region
+            .bytes(inner.layout.offset(first), u64::from(blocks) * 4096);
+        let records = crate::log_record::replayable(area, inner.header.log_start(), 4096);
+        assert_eq!(records.len(), 1);
+        let r = records[0];
+        assert_eq!(
+            (r.key, r.block, r.len, r.patch_key),
+            (data(0), logged, 4096, INODE)
+        );
+        assert_eq!(&r.word[..usize::from(r.words)], &[(0, 2)]);
+        // Rewritten without a sync: the logged block waits for the commit (replay would name
+        // it), then it is free.
+        s.put_block(data(0), 4096, |out| out.fill(3))
+            .expect("rewrite");
+        assert!(inner.alloc.is_used(logged) && inner.alloc.is_pending(logged));
+        s.commit().expect("commit");
+        assert!(!inner.alloc.is_used(logged), "the logged block leaked");
+        // A commit holds the write, so the log starts after its record.
+        let records = crate::log_record::replayable(area, inner.header.log_start(), 4096);
+        assert!(records.is_empty());
+    }
+
+    #[test]
+    fn a_write_after_an_unlogged_change_of_its_file_commits_instead() {
+        let s = test_store();
+        s.put(INODE, &[0u8; 64]).expect("inode");
+        s.commit().expect("commit");
+        // A change of the file that is not in the log: replay must not apply a record to the
+        // commit without it, so the synced write commits as before the log.
+        s.patch_with(INODE, |_, p| p.set(8, 9)).expect("patch");
+        let before = commits(&s);
+        synced_put(&s, data(0), 2);
+        assert_eq!(
+            commits(&s),
+            before + 1,
+            "a write after an unlogged change went into the log"
+        );
+        // The commit made the file clean: the next one is logged.
+        synced_put(&s, data(1), 3);
+        assert_eq!(commits(&s), before + 1, "a write of a clean file committed");
     }
 }
