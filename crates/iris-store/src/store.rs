@@ -1295,12 +1295,20 @@ impl Store {
             // holds of the lock: never for a conditional write).
             return self.put_block_under_lock(key, len, fill, then);
         }
-        if conditional || then.as_ref().is_some_and(|t| t.sync_expected) {
+        // A sync follows: into the intent log if it may take the write (see `intent`), which
+        // then goes the way of writes between commits, its record persisted in the publish's
+        // hold (checked again there).
+        let sync_expected = then.as_ref().is_some_and(|t| t.sync_expected);
+        let logging = sync_expected
+            && !conditional
+            && then.as_ref().is_some_and(|t| inner.log_room(key, t.key));
+        if conditional || (sync_expected && !logging) {
             // A sync follows, so the last commit is likely recent and the key's leaf committed:
             // the publish will copy its path, which takes every lock. Take them at once and do
             // everything in that one hold (an attempt under the partition's lock first, and the
-            // reservation of the block under another, cost two more lock round trips). A
-            // conditional write too: its condition is checked before the block is filled.
+            // reservation of the block under another, cost two more lock round trips), then
+            // commit. A conditional write too: its condition is checked before the block is
+            // filled.
             return self.put_sized_then_patch(key, |_| len, |_, out| fill(out), then);
         }
         let p = partition_of(key);
@@ -1317,17 +1325,44 @@ impl Store {
                 .bytes_mut(inner.layout.offset(block), len as u64),
         );
         inner.latency.on_write(1);
+        if logging {
+            // Durable before any record names it. (A failure fails the volume: the block is
+            // left to the repair's collection.)
+            inner.persist_logged_block(block, len as u64)?;
+        }
+        let patch_key = then.as_ref().map(|t| t.key);
+        // Whether the write goes into the log, decided under the locks of its publish.
+        let log_now = |k: Key| logging && patch_key.is_some_and(|pk| inner.log_room(k, pk));
         let mut then = then;
         if let InPlaceOutcome::Done(done) = inner.in_place(p, key, &mut then, |held, then| {
-            Self::publish_in_place(inner, p, held, key, block, len, slot, then)
+            let mut words = Patch::default();
+            let logged = log_now(key);
+            let outcome = Self::publish_in_place(
+                inner,
+                p,
+                held,
+                key,
+                block,
+                len,
+                slot,
+                then,
+                logged.then_some(&mut words),
+            )?;
+            if let (InPlaceOutcome::Done(_), true, Some(pk)) = (&outcome, logged, patch_key) {
+                inner.log_write(key, block, len as u32, pk, words.words())?;
+            }
+            Ok(outcome)
         })? {
             return Ok(done);
         }
         let g = inner.lock()?;
         inner.alloc.readers().unreserve(slot);
-        let patch_key = then.as_ref().map(|t| t.key);
+        let logged = log_now(key);
         let stamp_before = patch_key.map(|k| inner.header.change_stamp(k));
         let mut txn = Txn::begin(inner.cx(), false);
+        if logged {
+            txn.set_logged();
+        }
         let gen = inner.header.working_gen();
         let replaced = match txn.put(
             key,
@@ -1346,8 +1381,17 @@ impl Store {
             }
         };
         txn.commit_publish();
-        // (A write expecting a sync went the way of `put_sized_then_patch` above.)
-        let (found, patched) = Self::then_patch_locked(inner, then, replaced, stamp_before, None)?;
+        let mut words = Patch::default();
+        let (found, patched) = Self::then_patch_locked(
+            inner,
+            then,
+            replaced,
+            stamp_before,
+            logged.then_some(&mut words),
+        )?;
+        if let (true, Some(pk)) = (logged, patch_key) {
+            inner.log_write(key, block, len as u32, pk, words.words())?;
+        }
         let stamp = inner.header.change_stamp(key);
         let patched_stamp = patch_key.map(|k| inner.header.change_stamp(k));
         drop(g);

@@ -89,7 +89,9 @@ impl Store {
     /// key exists with a value of the same length in a leaf private to the working tree, or it
     /// goes past the last key of such a leaf (appended there), and the patch is skipped or
     /// lands in place. Otherwise nothing is written (the patch closure may have been called)
-    /// and the outcome says which partitions would do or that every lock is needed.
+    /// and the outcome says which partitions would do or that every lock is needed. With
+    /// `logged`, the write goes into the intent log (see `intent`): its publish notes nothing
+    /// for syncs, and the words its patch sets are left there for the record.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn publish_in_place<F: FnMut(&[u8], bool, &mut Patch)>(
         inner: &Inner,
@@ -100,6 +102,7 @@ impl Store {
         len: usize,
         slot: u64,
         then: &mut Option<ThenPatch<F>>,
+        logged: Option<&mut Patch>,
     ) -> Result<InPlaceOutcome> {
         let mut txn = Txn::begin_in(inner.cx(), p);
         let spot = inner.locate_in_place(&txn, key)?;
@@ -119,6 +122,14 @@ impl Store {
             return Ok(InPlaceOutcome::NeedsPatchPartition);
         };
         // Committed to this path: the data block first, then the patch, one publish each.
+        if let Some(out) = logged {
+            // Into the intent log: the words the patch sets go into the record.
+            txn.set_logged();
+            *out = match &plan {
+                PatchPlan::InPlace(at) => at.1,
+                _ => Patch::default(),
+            };
+        }
         let gen = inner.header.working_gen();
         let val = Val::Block {
             block,
