@@ -745,3 +745,35 @@ fn power_loss_keeps_every_synced_write() {
         }
     });
 }
+
+#[test]
+fn appends_synced_each_time_go_into_the_log_and_survive_power_loss() {
+    // A database's log (redis's append-only file under appendfsync always): each record
+    // appended, then synced. Those inside a block go into the intent log, short values too.
+    let (sim, fs, a, _) = two_files();
+    let map = fs.file_cache(a);
+    fs.sync_inode(a).expect("sync");
+    fs.append_file(&map, &[1u8; 100]).expect("append");
+    fs.sync_inode(a).expect("sync");
+    let base = commits(&fs);
+    let mut want = vec![1u8; 100];
+    for i in 0..30u8 {
+        let record = vec![i + 2; 100];
+        assert_eq!(
+            fs.append_file(&map, &record).expect("append"),
+            Some(want.len() as u64)
+        );
+        fs.sync_inode(a).expect("sync");
+        want.extend_from_slice(&record);
+    }
+    assert_eq!(commits(&fs), base, "a synced append committed");
+    let mut rng = StdRng::seed_from_u64(3);
+    let image = sim.crash_image(&mut rng, 0.5);
+    drop(map);
+    drop(fs);
+    let store =
+        Store::open_on(Box::new(Arc::new(SimMedia::from_image(&image))), &boot(2)).expect("reopen");
+    assert_eq!(store.verify().expect("verify").leaked_blocks, 0);
+    let fs = Fs::on_store(store).expect("fs");
+    assert_eq!(contents(&fs, a), want, "synced appends after power loss");
+}

@@ -1086,7 +1086,9 @@ impl Store {
                         "value of {len} bytes exceeds the block size"
                     )));
                 }
-                if len <= inner.facts.inline_max as usize {
+                // (Out of line when it goes into the log, however short: a record names a
+                // block. A file appended to and synced each time, as a database's log is.)
+                if len <= inner.facts.inline_max as usize && !loggable {
                     let f = fill
                         .take()
                         .ok_or(StoreError::Invalid("retry without filler".into()))?;
