@@ -30,6 +30,12 @@
 //!   value and sets its size record in the same call (`Store::append_in_place`, when it
 //!   applies; else the value and its record are put again, in one batch), commits every
 //!   fourth round, and prints `acked R`. Byte j of value i is [`appended`]`(prefix, i, j)` whatever the length.
+//! - `syncer VOLUME PREFIX KEYS`: writes number n = 0, 1, ... go to key (PREFIX, n % KEYS), a
+//!   whole block of round n / KEYS (see [`block`]), each setting a count record (8 bytes at
+//!   [`size_key`]`(PREFIX, 0)`, as a file's inode holds its size) to n + 1 in the same call and
+//!   expecting a sync (`ThenPatch::sync_expected`: the intent log takes it), then syncing as a
+//!   file's sync does (`Store::commit_through` the keys' written generation), then printing
+//!   `acked n`.
 //! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
 //!   wait for a line on stdin, then count the keys of prefix OTHER it sees and print `saw N`.
 
@@ -425,6 +431,32 @@ fn run() -> Result<(), String> {
                     store.commit().map_err(|e| e.to_string())?;
                     say(&mut out, &format!("acked {r}"))?;
                 }
+            }
+            Ok(())
+        }
+        "syncer" => {
+            let keys = num(&args, 4)?.max(1);
+            let count = size_key(prefix, 0);
+            store
+                .put(count, &0u64.to_le_bytes())
+                .map_err(|e| e.to_string())?;
+            store.commit().map_err(|e| e.to_string())?;
+            for n in 0u64.. {
+                let key = Key::new(prefix, n % keys);
+                let v = block(prefix, n % keys, n / keys);
+                let then = Some(ThenPatch {
+                    key: count,
+                    unless_unchanged_since: None,
+                    patch: |_: &[u8], _: bool, p: &mut Patch| p.set(0, n + 1),
+                    sync_expected: true,
+                    only_if_unchanged_since: None,
+                });
+                store
+                    .put_block_then_patch(key, v.len(), |out| out.copy_from_slice(&v), then)
+                    .map_err(|e| e.to_string())?;
+                let gen = store.written_gen(key).max(store.written_gen(count));
+                store.commit_through(gen).map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {n}"))?;
             }
             Ok(())
         }
