@@ -776,6 +776,8 @@ fn a_program_that_exits_leaves_its_writes_committed() {
         .expect("stat");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("uncommitted:     no"), "{text}");
+    // A new volume has an intent log, and the last commit holds everything in it.
+    assert!(text.contains("intent log:      0 of "), "{text}");
 }
 
 /// OFD locks belong to the open file description: two opens in one process conflict, an OFD

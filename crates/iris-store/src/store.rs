@@ -318,6 +318,11 @@ pub struct Stats {
     pub tree_height: u32,
     /// Whether uncommitted changes exist.
     pub dirty: bool,
+    /// Records the intent log holds (0: the volume has none, format 7).
+    pub log_capacity: u64,
+    /// Records written since the last commit (synced writes it does not hold yet; a full log
+    /// makes the next sync commit).
+    pub log_records: u64,
 }
 
 /// Shape of a tree, from a full walk.

@@ -105,6 +105,13 @@ pub fn stat(args: StatArgs) -> Outcome {
         ),
         format!("last commit:     {last_commit}"),
         format!("uncommitted:     {}", if st.dirty { "yes" } else { "no" }),
+        match st.log_capacity {
+            0 => "intent log:      none (format 7: every sync commits)".to_string(),
+            n => format!(
+                "intent log:      {} of {n} records since the last commit",
+                st.log_records.min(n)
+            ),
+        },
         format!(
             "tree:            height {}, {} leaves, {} internal, {} entries, {} data blocks, \
              {} buffered messages",

@@ -36,6 +36,13 @@ impl Store {
             last_commit_ns: h.last_commit_ns(),
             tree_height,
             dirty: h.dirty() != 0,
+            log_capacity: h.log_area().map_or(0, |(_, blocks)| {
+                u64::from(blocks) * inner.layout.bs() / crate::log_record::RECORD_BYTES as u64
+            }),
+            log_records: h
+                .log_seq()
+                .load(std::sync::atomic::Ordering::Acquire)
+                .saturating_sub(h.log_start()),
         })
     }
 

@@ -149,6 +149,9 @@ mod tests {
         let put = synced_put(&s, data(0), 2);
         let logged = put.located.expect("out of line").1.block;
         assert_eq!(commits(&s), before, "a logged write committed");
+        let stats = s.stats().expect("stats");
+        assert!(stats.log_capacity > 0);
+        assert_eq!(stats.log_records, 1, "records since the commit");
         let inner = &*s.inner;
         assert!(
             inner.header.written_gen(data(0)) <= inner.header.committed_gen()
@@ -182,6 +185,7 @@ mod tests {
         // A commit holds the write, so the log starts after its record.
         let records = crate::log_record::replayable(area, inner.header.log_start(), 4096);
         assert!(records.is_empty());
+        assert_eq!(s.stats().expect("stats").log_records, 0);
     }
 
     #[test]
