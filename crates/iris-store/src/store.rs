@@ -1036,7 +1036,7 @@ impl Store {
     pub fn put_sized(
         &self,
         key: Key,
-        len_of: impl FnOnce(Option<usize>) -> usize,
+        len_of: impl Fn(Option<usize>) -> usize,
         fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
     ) -> Result<()> {
         self.put_sized_then_patch(key, len_of, fill, None::<NoPatch>)
@@ -1049,14 +1049,25 @@ impl Store {
     pub fn put_sized_then_patch(
         &self,
         key: Key,
-        len_of: impl FnOnce(Option<usize>) -> usize,
+        len_of: impl Fn(Option<usize>) -> usize,
         fill: impl FnOnce(Option<&[u8]>, &mut [u8]),
         then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
     ) -> Result<BlockPut> {
         let inner = &*self.inner;
         inner.check_writable()?;
         let mut fill = Some(fill);
-        let mut len_of = Some(len_of);
+        let mut then = then;
+        // A sync follows and the value keeps its length (a write inside a block): into the
+        // intent log under the partitions' locks when it may (see `intent`).
+        if then
+            .as_ref()
+            .is_some_and(|t| t.sync_expected && t.only_if_unchanged_since.is_none())
+            && inner.header.log_area().is_some()
+        {
+            if let Some(put) = self.rewrite_logged(key, &len_of, &mut fill, &mut then)? {
+                return Ok(put);
+            }
+        }
         let mut len = None;
         for attempt in 0..2 {
             let g = inner.lock()?;
@@ -1078,10 +1089,7 @@ impl Store {
                 let len = match len {
                     Some(l) => l,
                     None => {
-                        let f = len_of
-                            .take()
-                            .ok_or(StoreError::Invalid("length asked twice".into()))?;
-                        let l = f(old_bytes.map(<[u8]>::len));
+                        let l = len_of(old_bytes.map(<[u8]>::len));
                         len = Some(l);
                         l
                     }

@@ -12,12 +12,104 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::error::Result;
-use crate::header::StampMask;
+use crate::error::{Result, StoreError};
+use crate::header::{partition_of, StampMask};
 use crate::key::Key;
 use crate::log_record::{Record, MAX_WORDS, RECORD_BYTES};
+use crate::node::Val;
+use crate::tree::Txn;
 
-use super::Inner;
+use super::{BlockPut, BlockRef, InPlaceOutcome, Inner, Patch, PatchPlan, Store, ThenPatch};
+
+impl Store {
+    /// A write of part of `key`'s out-of-line value that a sync is expected after, keeping the
+    /// value's length (a write inside a full block), into the intent log holding only the
+    /// partitions' locks: a new block filled from the old bytes and `fill` under the key's
+    /// lock (nobody else changes them meanwhile), persisted, published in the value's slot of
+    /// a leaf private to the working tree, its record persisted in the same hold. `None`,
+    /// `fill` untouched and nothing written, when it does not qualify (no room in the log, an
+    /// unlogged change since the last commit, another length, a committed leaf): the caller
+    /// takes every lock.
+    pub(super) fn rewrite_logged<F: FnMut(&[u8], bool, &mut Patch)>(
+        &self,
+        key: Key,
+        len_of: &impl Fn(Option<usize>) -> usize,
+        fill: &mut Option<impl FnOnce(Option<&[u8]>, &mut [u8])>,
+        then: &mut Option<ThenPatch<F>>,
+    ) -> Result<Option<BlockPut>> {
+        let inner = &*self.inner;
+        let Some(patch_key) = then.as_ref().map(|t| t.key) else {
+            return Ok(None);
+        };
+        if !inner.log_room(key, patch_key) {
+            return Ok(None);
+        }
+        let Some((block, slot)) = Self::reserve_block(inner)? else {
+            return Ok(None);
+        };
+        let p = partition_of(key);
+        let outcome = inner.in_place(p, key, then, |held, then| {
+            let mut txn = Txn::begin_in(inner.cx(), p);
+            let spot = inner.locate_in_place(&txn, key)?;
+            let Some(Val::Block {
+                block: old_block,
+                len,
+                ..
+            }) = txn.value_at(&spot)?
+            else {
+                return Ok(InPlaceOutcome::No);
+            };
+            if len_of(Some(len as usize)) != len as usize
+                || !txn.replaceable_in_place(&spot, len)?
+                || !inner.log_room(key, patch_key)
+            {
+                return Ok(InPlaceOutcome::No);
+            }
+            let Some((start, plan)) = Self::plan_then(inner, &txn, held, then, true)? else {
+                return Ok(InPlaceOutcome::NeedsPatchPartition);
+            };
+            // Committed to this path.
+            let f = fill
+                .take()
+                .ok_or(StoreError::Invalid("a logged rewrite filled twice".into()))?;
+            let old = inner
+                .region
+                .bytes(inner.layout.offset(old_block), u64::from(len));
+            let out = inner
+                .region
+                .bytes_mut(inner.layout.offset(block), u64::from(len));
+            f(Some(old), out);
+            inner.latency.on_write(1);
+            inner.persist_logged_block(block, u64::from(len))?;
+            let words = match &plan {
+                PatchPlan::InPlace(at) => at.1,
+                _ => Patch::default(),
+            };
+            txn.set_logged();
+            // (As `publish_in_place`: unreserved before the publish.)
+            inner.alloc.readers().unreserve(slot);
+            let _announced = inner.header.in_place(held);
+            let gen = inner.header.working_gen();
+            if let Err(e) = txn.put_at(&spot, key, Val::Block { block, len, gen }) {
+                txn.abort();
+                inner.alloc.free_now(block);
+                return Err(e);
+            }
+            let at = BlockRef { block, len };
+            let put = Self::finish_in_place(inner, &mut txn, Some((key, at)), start, &plan, true)?;
+            inner.log_write(key, block, len, patch_key, words.words())?;
+            Ok(InPlaceOutcome::Done(put))
+        })?;
+        if let InPlaceOutcome::Done(put) = outcome {
+            return Ok(Some(put));
+        }
+        // Not taken: give the block back.
+        let _g = inner.lock_partition(p)?;
+        inner.alloc.readers().unreserve(slot);
+        inner.alloc.free_now(block);
+        Ok(None)
+    }
+}
 
 impl Inner {
     /// Whether a synced write of `key` that patches `patch_key` may go into the intent log: the
