@@ -1,9 +1,10 @@
 //! Which files this process syncs after every single write (as under `fdatasync=1`, or O_DSYNC
 //! emulated by the caller): when a file's last sync covered exactly one write, the next write
-//! is likely followed by a sync too, so it may take every lock at once and commit before it
-//! lets them go (see `iris_store::ThenPatch::sync_expected`); the sync then has nothing left to
-//! do. A file written several times per sync (a database's pages, a log's records) never
-//! qualifies: committing at its first write would add a commit to each of its syncs.
+//! is likely followed by a sync too, so it makes itself durable before it returns (through the
+//! volume's intent log, else by committing: see `iris_store::ThenPatch::sync_expected`); the
+//! sync then has nothing left to do. A file written several times per sync (a database's
+//! pages, a log's records) never qualifies: committing at its first write would add a commit
+//! to each of its syncs.
 //!
 //! A hint table, not a record: a collision or a race costs at most one commit too many or too
 //! few, never a lost sync (the sync still commits whatever is not durable).

@@ -153,13 +153,15 @@ pub struct ThenPatch<F> {
     /// put replaced a value. A patch whose words already hold their values is not written.
     pub patch: F,
     /// The caller expects a sync of this write right after it (as under `fdatasync` after each
-    /// write): the last commit is then likely recent and the key's leaf committed, so the write
-    /// would copy the leaf's path under every lock. With this set, the writes that can
-    /// ([`Store::put_block_then_patch`], [`Store::put_sized_then_patch`],
-    /// [`Store::insert_growing_then_patch`]) take every lock at once, without an attempt under
-    /// their partition's lock first, and commit before releasing them, so that the sync finds
-    /// its generation durable instead of taking every lock a second time. Others ignore it. A
-    /// hint: committing early is always safe; a failed commit is left for the sync to report.
+    /// write). With this set, the writes that can ([`Store::put_block_then_patch`],
+    /// [`Store::put_sized_then_patch`], [`Store::insert_growing_then_patch`]) make themselves
+    /// durable before they return, so that the sync finds nothing to do: on a volume with an
+    /// intent log, when neither key has a change since the last commit the log does not hold,
+    /// by persisting the value's block and a record of the write (see `intent`); otherwise by
+    /// taking every lock at once (the last commit is likely recent and the key's leaf
+    /// committed, so the write would copy the leaf's path under every lock anyway) and
+    /// committing before releasing them. Others ignore it. A hint: making a write durable early
+    /// is always safe; a failed commit is left for the sync to report.
     pub sync_expected: bool,
     /// Write nothing, and fail with [`StoreError::Changed`], unless the change stamp of `key`
     /// (see [`Store::change_stamp`]: shared with other keys, so a change of one of them fails
