@@ -109,8 +109,9 @@ fn random_op(rng: &mut StdRng, fs: &Fs, bs: usize, maps: &mut Maps) {
     };
 }
 
-fn one_point(seed: u64) {
-    let mut rng = StdRng::seed_from_u64(seed);
+/// The file system of crash point `seed` on a fresh 8 MiB simulated medium: blocks of 512
+/// bytes at every third point, else 4 KiB; every other point a Bε-tree. Returns its block size.
+fn point_fs(seed: u64) -> (Arc<SimMedia>, Fs, u32) {
     let bs: u32 = if seed.is_multiple_of(3) { 512 } else { 4096 };
     let size = 8u64 << 20;
     let sim = Arc::new(SimMedia::new(size));
@@ -119,11 +120,36 @@ fn one_point(seed: u64) {
         size_limit_bytes: size,
         initial_bytes: size,
         inline_max: None,
-        // Every other point runs on a Bε-tree.
         buffer_bytes: if seed % 2 == 1 { bs / 4 } else { 0 },
     };
     let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
+    (sim, Fs::on_store(store).expect("fs"), bs)
+}
+
+/// The file system on `image` (what stable media held at a power loss), opened as after a
+/// reboot: the store must verify with no leaked block and the file system check clean.
+fn rebooted_clean(image: &[u8], seed: u64) -> Fs {
+    let store = Store::open_on(Box::new(Arc::new(SimMedia::from_image(image))), &boot(2))
+        .unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
+    let report = store
+        .verify()
+        .unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
+    assert_eq!(report.leaked_blocks, 0, "seed {seed}: leaked blocks");
     let fs = Fs::on_store(store).expect("fs");
+    let check = fs
+        .check()
+        .unwrap_or_else(|e| panic!("seed {seed}: fs check: {e}"));
+    assert!(
+        check.problems.is_empty(),
+        "seed {seed}: {:?}",
+        check.problems
+    );
+    fs
+}
+
+fn one_point(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (sim, fs, bs) = point_fs(seed);
     let mut committed = snapshot(&fs);
     sim.crash_at_persist(rng.gen_range(1..30));
     let mut in_flight = None;
@@ -144,22 +170,7 @@ fn one_point(seed: u64) {
     sim.lose_power();
     let image = sim.crash_image(&mut rng, 0.5);
     drop(fs);
-    let sim2 = Arc::new(SimMedia::from_image(&image));
-    let store = Store::open_on(Box::new(sim2), &boot(2))
-        .unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
-    let report = store
-        .verify()
-        .unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
-    assert_eq!(report.leaked_blocks, 0, "seed {seed}: leaked blocks");
-    let fs = Fs::on_store(store).expect("fs");
-    let check = fs
-        .check()
-        .unwrap_or_else(|e| panic!("seed {seed}: fs check: {e}"));
-    assert!(
-        check.problems.is_empty(),
-        "seed {seed}: {:?}",
-        check.problems
-    );
+    let fs = rebooted_clean(&image, seed);
     let got = snapshot(&fs);
     assert!(
         got == committed || in_flight.as_ref() == Some(&got),
@@ -612,18 +623,7 @@ fn contents(fs: &Fs, ino: u64) -> Vec<u8> {
 /// own, or a commit's): a state as of one of its operations, never a mix, never older.
 fn synced_writes_point(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let bs: u32 = if seed.is_multiple_of(3) { 512 } else { 4096 };
-    let size = 8u64 << 20;
-    let sim = Arc::new(SimMedia::new(size));
-    let opts = CreateOptions {
-        block_size: bs,
-        size_limit_bytes: size,
-        initial_bytes: size,
-        inline_max: None,
-        buffer_bytes: if seed % 2 == 1 { bs / 4 } else { 0 },
-    };
-    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
-    let fs = Fs::on_store(store).expect("fs");
+    let (sim, fs, bs) = point_fs(seed);
     let files: Vec<u64> = (0..3)
         .map(|i| {
             let name = format!("/f{i}");
@@ -701,21 +701,7 @@ fn synced_writes_point(seed: u64) {
     let image = sim.crash_image(&mut rng, 0.5);
     drop(maps);
     drop(fs);
-    let store = Store::open_on(Box::new(Arc::new(SimMedia::from_image(&image))), &boot(2))
-        .unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
-    let report = store
-        .verify()
-        .unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
-    assert_eq!(report.leaked_blocks, 0, "seed {seed}: leaked blocks");
-    let fs = Fs::on_store(store).expect("fs");
-    let check = fs
-        .check()
-        .unwrap_or_else(|e| panic!("seed {seed}: fs check: {e}"));
-    assert!(
-        check.problems.is_empty(),
-        "seed {seed}: {:?}",
-        check.problems
-    );
+    let fs = rebooted_clean(&image, seed);
     for (&f, states) in &history {
         let got = contents(&fs, f);
         assert!(

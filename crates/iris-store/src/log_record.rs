@@ -7,6 +7,7 @@
 //! reused since an earlier commit).
 
 use crate::key::Key;
+use crate::superblock::{le32, le64};
 
 /// Bytes of one record: two cache lines.
 pub(crate) const RECORD_BYTES: usize = 128;
@@ -49,18 +50,6 @@ pub(crate) struct Record {
     pub word: [(u16, u64); MAX_WORDS],
     /// How many of `word` are in use.
     pub words: u8,
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
 }
 
 fn le16(b: &[u8], at: usize) -> u16 {

@@ -106,13 +106,15 @@ pub(crate) struct Superblock {
     pub log: Option<LogArea>,
 }
 
-fn le64(b: &[u8], at: usize) -> u64 {
+/// The little-endian u64 at byte `at` of `b` (an on-media field; the caller checked the length).
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(w)
 }
 
-fn le32(b: &[u8], at: usize) -> u32 {
+/// The little-endian u32 at byte `at` of `b` (as [`le64`]).
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(w)
