@@ -178,8 +178,8 @@ fn one_point(seed: u64) {
     );
 }
 
-#[test]
-fn power_loss_keeps_the_last_committed_file_tree() {
+/// Run crash points 0.. (`IRIS_FS_CRASH_POINTS`, default 300) of `point`, on two threads.
+fn run_points(point: fn(u64)) {
     let points: u64 = std::env::var("IRIS_FS_CRASH_POINTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -189,12 +189,17 @@ fn power_loss_keeps_the_last_committed_file_tree() {
             s.spawn(move || {
                 let mut seed = w;
                 while seed < points {
-                    one_point(seed);
+                    point(seed);
                     seed += 2;
                 }
             });
         }
     });
+}
+
+#[test]
+fn power_loss_keeps_the_last_committed_file_tree() {
+    run_points(one_point);
 }
 
 /// Opening options of boot `n` (a reopen with another boot id is a reboot), no commit timer.
@@ -715,21 +720,7 @@ fn synced_writes_point(seed: u64) {
 
 #[test]
 fn power_loss_keeps_every_synced_write() {
-    let points: u64 = std::env::var("IRIS_FS_CRASH_POINTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
-    std::thread::scope(|s| {
-        for w in 0..2u64 {
-            s.spawn(move || {
-                let mut seed = w;
-                while seed < points {
-                    synced_writes_point(seed);
-                    seed += 2;
-                }
-            });
-        }
-    });
+    run_points(synced_writes_point);
 }
 
 #[test]

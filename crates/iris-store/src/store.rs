@@ -1850,6 +1850,12 @@ impl Store {
 /// A B+-tree store of 16 MiB (4 KiB blocks) on simulated media, for this crate's unit tests.
 #[cfg(test)]
 pub(crate) fn test_store() -> Store {
+    test_store_on_sim().1
+}
+
+/// [`test_store`] with its simulated medium (for tests that lose power).
+#[cfg(test)]
+pub(crate) fn test_store_on_sim() -> (std::sync::Arc<iris_media::SimMedia>, Store) {
     let sim = std::sync::Arc::new(iris_media::SimMedia::new(16 << 20));
     let opts = CreateOptions {
         block_size: 4096,
@@ -1862,7 +1868,9 @@ pub(crate) fn test_store() -> Store {
         boot_id: Some(1),
         commit_interval: None,
     };
-    Store::create_on(Box::new(sim), &opts, &boot).expect("a test store on simulated media")
+    let store = Store::create_on(Box::new(sim.clone()), &opts, &boot)
+        .expect("a test store on simulated media");
+    (sim, store)
 }
 
 impl Drop for Store {

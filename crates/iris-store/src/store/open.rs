@@ -622,15 +622,7 @@ mod tests {
 
     #[test]
     fn a_new_volumes_intent_log_stays_in_use_through_commits_collection_and_power_loss() {
-        let sim = Arc::new(SimMedia::new(16 << 20));
-        let opts = CreateOptions {
-            block_size: 4096,
-            size_limit_bytes: 16 << 20,
-            initial_bytes: 16 << 20,
-            inline_max: None,
-            buffer_bytes: 0,
-        };
-        let s = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
+        let (sim, s) = crate::store::test_store_on_sim();
         let layout = s.inner.layout;
         let log = s.inner.header.log_area().expect("a new volume has a log");
         assert_eq!(log.0, layout.data_start);
@@ -733,15 +725,7 @@ mod tests {
 
     #[test]
     fn power_loss_replays_the_logged_writes_the_last_commit_lacks_once() {
-        let sim = Arc::new(SimMedia::new(16 << 20));
-        let opts = CreateOptions {
-            block_size: 4096,
-            size_limit_bytes: 16 << 20,
-            initial_bytes: 16 << 20,
-            inline_max: None,
-            buffer_bytes: 0,
-        };
-        let s = Store::create_on(Box::new(sim.clone()), &opts, &boot(1)).expect("create");
+        let (sim, s) = crate::store::test_store_on_sim();
         let inode = Key::new(1, u64::MAX);
         s.put(inode, &[0u8; 32]).expect("inode");
         for i in 0..8u64 {
