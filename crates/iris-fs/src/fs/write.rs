@@ -704,6 +704,10 @@ impl Fs {
     pub fn append(&self, ino: u64, data: &[u8]) -> FsResult<u64> {
         // The size read and the write must not interleave with another appender: one transaction.
         let bs = self.block_size;
+        // A write the sync hints count, as every other (else a file appended and synced record
+        // by record loses its hint at each record that crosses a block, and the record after it
+        // goes unlogged: a second commit).
+        self.sync_hints.take(ino);
         // Where it lands is known only inside: the whole file's range (see `range_lock`).
         let open = self.open_file_cache(ino);
         let _range = open.as_ref().map(|f| f.ranges().lock(0, u64::MAX));
@@ -845,6 +849,38 @@ mod tests {
     }
 
     /// A file whose blocks 0..`n` [`fill_blocks`] filled through its map, all committed.
+    /// A file appended and synced record by record, as Redis's log with `appendfsync always`:
+    /// a record that crosses a block boundary commits at its sync (a transaction), and the
+    /// record after it goes into the intent log like the others, committing nothing.
+    #[test]
+    fn the_record_after_an_append_across_a_block_boundary_is_logged_at_its_sync() {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        let commits = || fs.store().stats().expect("stats").commits;
+        let record = [7u8; 1000];
+        let mut committed = Vec::new();
+        for _ in 0..10 {
+            let before = commits();
+            let off = fs.append_file(&map, &record).expect("append");
+            assert!(off.is_some(), "not shadowed");
+            fs.sync_inode(ino).expect("sync");
+            committed.push(commits() - before);
+        }
+        // Records 4 (bytes 4000..5000) and 8 (8000..9000) cross a block boundary; the first
+        // two sync before the file's pattern is known.
+        for (i, &c) in committed.iter().enumerate().skip(2) {
+            let crosses = i == 4 || i == 8;
+            assert_eq!(
+                c,
+                u64::from(crosses),
+                "commits at record {i}'s sync: {committed:?}"
+            );
+        }
+        let mut buf = vec![0u8; 10_000];
+        assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 10_000);
+        assert!(buf.iter().all(|&b| b == 7));
+    }
+
     fn committed_file(n: u64) -> (Fs, u64, std::sync::Arc<crate::cache::FileCache>) {
         let (fs, ino) = fs_with_file();
         let map = fs.file_cache(ino);
