@@ -848,7 +848,6 @@ mod tests {
         assert!(buf[400..].iter().all(|&x| x == 0));
     }
 
-    /// A file whose blocks 0..`n` [`fill_blocks`] filled through its map, all committed.
     /// A file appended and synced record by record, as Redis's log with `appendfsync always`:
     /// a record that crosses a block boundary commits at its sync (a transaction), and the
     /// record after it goes into the intent log like the others, committing nothing.
@@ -881,6 +880,7 @@ mod tests {
         assert!(buf.iter().all(|&b| b == 7));
     }
 
+    /// A file whose blocks 0..`n` [`fill_blocks`] filled through its map, all committed.
     fn committed_file(n: u64) -> (Fs, u64, std::sync::Arc<crate::cache::FileCache>) {
         let (fs, ino) = fs_with_file();
         let map = fs.file_cache(ino);
