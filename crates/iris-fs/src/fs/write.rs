@@ -865,15 +865,11 @@ mod tests {
             fs.sync_inode(ino).expect("sync");
             committed.push(commits() - before);
         }
-        // Records 4 (bytes 4000..5000) and 8 (8000..9000) cross a block boundary; the first
-        // two sync before the file's pattern is known.
+        // Records 4 (bytes 4000..5000) and 8 (8000..9000) cross a block boundary (at most one
+        // commit each); the first two sync before the file's pattern is known.
         for (i, &c) in committed.iter().enumerate().skip(2) {
-            let crosses = i == 4 || i == 8;
-            assert_eq!(
-                c,
-                u64::from(crosses),
-                "commits at record {i}'s sync: {committed:?}"
-            );
+            let most = u64::from(i == 4 || i == 8);
+            assert!(c <= most, "commits at record {i}'s sync: {committed:?}");
         }
         let mut buf = vec![0u8; 10_000];
         assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 10_000);
