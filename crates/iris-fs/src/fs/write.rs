@@ -528,13 +528,19 @@ impl Fs {
                     return Ok(Some(data.len()));
                 }
                 // Copied (a committed block, or a new one): the size and times in the same
-                // hold of the locks, skipped as for the writes above.
+                // hold of the locks, skipped as for the writes above. The new value reaches as
+                // far into the block as the file does (zeros past the old bytes): a hole, or a
+                // block shorter than the file (extended by truncate or fallocate), written
+                // once is whole, and the writes after it land in place instead of each
+                // lengthening it (a copy of the value's slot and a move of the file's stamp,
+                // which sends every other block's location in the map to a new epoch).
+                let in_file = inode.size.max(end).saturating_sub(first * bs).min(bs) as usize;
                 hold_range();
                 let put = self
                     .store
                     .put_sized_then_patch(
                         k,
-                        |old_len| old_len.unwrap_or(0).max(end_in_block),
+                        |old_len| old_len.unwrap_or(0).max(end_in_block).max(in_file),
                         |old, out| {
                             let have = old.map_or(0, |o| o.len().min(out.len()));
                             match old {
@@ -547,6 +553,7 @@ impl Fs {
                                 out[have..in_block].fill(0);
                             }
                             iris_store::copy_bytes(&mut out[in_block..end_in_block], data);
+                            out[have.max(end_in_block)..].fill(0);
                         },
                         Some(then()),
                     )
@@ -846,6 +853,65 @@ mod tests {
         assert!(buf[100..300].iter().all(|&x| x == 0));
         assert!(buf[300..400].iter().all(|&x| x == 9));
         assert!(buf[400..].iter().all(|&x| x == 0));
+    }
+
+    /// A small write into a hole of a file (extended by truncate, as fio's `fallocate` leaves
+    /// its files here) fills the block as far as the file reaches, so the writes after it land
+    /// where it is instead of each lengthening it and moving the data's stamp.
+    #[test]
+    fn a_small_write_into_a_hole_fills_the_block_as_far_as_the_file_reaches() {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        // Blocks full of other bytes, given back: the new blocks may be these.
+        for b in 0..64u64 {
+            let w = fs.write_file(&map, b * 4096, &[0xee; 4096]);
+            assert_eq!(w.expect("fill"), Some(4096));
+        }
+        fs.sync().expect("commit");
+        fs.truncate(ino, 0).expect("empty");
+        fs.sync().expect("commit the frees");
+        let size = 7 * 4096 + 3000;
+        fs.truncate(ino, size).expect("extend");
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        let w = fs.write_file(&map, 3 * 4096 + 1024, &[5u8; 512]);
+        assert_eq!(w.expect("into a hole"), Some(512));
+        let e = map
+            .epoch_now(stamp())
+            .expect("the map follows the new block");
+        assert_eq!(map.get(3, e).expect("known").len(), 4096, "a whole block");
+        // Before and after the first write's bytes: in place, the stamp left alone.
+        let before = stamp();
+        for off in [3 * 4096 + 3072, 3 * 4096] {
+            let w = fs.write_file(&map, off, &[6u8; 512]);
+            assert_eq!(w.expect("in the filled block"), Some(512));
+        }
+        assert_eq!(stamp(), before, "no growth: written where the block is");
+        let mut buf = vec![1u8; 4096];
+        assert_eq!(
+            fs.read_file(&map, 3 * 4096, &mut buf).expect("read"),
+            Some(4096)
+        );
+        assert!(buf[..512].iter().all(|&x| x == 6));
+        assert!(buf[512..1024].iter().all(|&x| x == 0));
+        assert!(buf[1024..1536].iter().all(|&x| x == 5));
+        assert!(buf[1536..3072].iter().all(|&x| x == 0));
+        assert!(buf[3072..3584].iter().all(|&x| x == 6));
+        assert!(buf[3584..].iter().all(|&x| x == 0));
+        // The last block reaches only to the file's end, which stays where it was (3,000
+        // bytes: out of line, as a value past the inline limit is).
+        let w = fs.write_file(&map, 7 * 4096 + 100, &[7u8; 10]);
+        assert_eq!(w.expect("into the last block"), Some(10));
+        let e = map.epoch_now(stamp()).expect("in force");
+        assert_eq!(map.get(7, e).expect("known").len(), 3000);
+        assert_eq!(fs.getattr(ino).expect("stat").size, size);
+        assert_eq!(
+            fs.read_file(&map, 7 * 4096, &mut buf)
+                .expect("read the tail"),
+            Some(3000)
+        );
+        assert!(buf[..100].iter().all(|&x| x == 0));
+        assert!(buf[100..110].iter().all(|&x| x == 7));
+        assert!(buf[110..3000].iter().all(|&x| x == 0));
     }
 
     /// A file appended and synced record by record, as Redis's log with `appendfsync always`:
