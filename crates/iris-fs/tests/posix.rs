@@ -453,6 +453,67 @@ fn punch_hole_zero_range_and_seek_data() {
 }
 
 #[test]
+fn fallocate_fills_the_holes_inside_the_file_with_zeroed_blocks() {
+    let fs = fs();
+    let cred = Cred::root();
+    let open = |name: &[u8]| {
+        fs.open(&cred, ROOT_INO, name, libc::O_CREAT | libc::O_RDWR, 0o644)
+            .expect("create")
+            .ino
+    };
+    // Blocks full of other bytes, given back first: the new blocks may be these.
+    let old = open(b"old");
+    fs.write(old, 0, &vec![0xeeu8; 64 * 4096]).expect("fill");
+    fs.sync().expect("commit");
+    fs.truncate(old, 0).expect("empty");
+    fs.sync().expect("commit the frees");
+    let f = open(b"pre");
+    fs.write(f, 4096, &[7u8; 4096]).expect("block 1");
+    // Without a flag: the file grows to the range's end, each hole a block of zeros as far
+    // as the file reaches (the last one 100 bytes), block 1 left as it was.
+    let size = 5 * 4096 + 100;
+    fs.allocate(f, 0, size, false).expect("allocate");
+    let i = fs.getattr(f).expect("stat");
+    assert_eq!(i.size, size);
+    assert_eq!(i.blocks, 6, "blocks 0 to 5");
+    assert_eq!(fs.seek_data(f, 0, false).expect("no hole"), size);
+    let mut buf = vec![0xffu8; size as usize];
+    assert_eq!(fs.read(f, 0, &mut buf).expect("read"), size as usize);
+    assert!(buf[..4096].iter().all(|&b| b == 0));
+    assert!(buf[4096..8192].iter().all(|&b| b == 7));
+    assert!(buf[8192..].iter().all(|&b| b == 0));
+    // KEEP_SIZE: past the end only the room is checked; a hole inside is filled.
+    fs.allocate(f, size, 8 * 4096, true).expect("past the end");
+    let i = fs.getattr(f).expect("stat");
+    assert_eq!((i.size, i.blocks), (size, 6), "nothing past the end");
+    fs.truncate(f, 10 * 4096).expect("extend");
+    fs.allocate(f, 7 * 4096 + 10, 20, true).expect("inside");
+    let i = fs.getattr(f).expect("stat");
+    assert_eq!((i.size, i.blocks), (10 * 4096, 7), "block 7 alone");
+    assert_eq!(fs.seek_data(f, 6 * 4096, true).expect("data"), 7 * 4096);
+    assert_eq!(fs.seek_data(f, 7 * 4096, false).expect("hole"), 8 * 4096);
+    let mut block = vec![0xffu8; 4096];
+    assert_eq!(fs.read(f, 7 * 4096, &mut block).expect("read"), 4096);
+    assert!(block.iter().all(|&b| b == 0));
+    // A range of several transactions' worth.
+    let big = open(b"big");
+    fs.allocate(big, 4096, 3 << 20, false).expect("3 MiB");
+    let i = fs.getattr(big).expect("stat");
+    assert_eq!(
+        (i.size, i.blocks),
+        (4096 + (3 << 20), 768),
+        "block 0 stays a hole"
+    );
+    assert_eq!(fs.seek_data(big, 0, true).expect("data"), 4096);
+    assert_eq!(fs.seek_data(big, 4096, false).expect("to the end"), i.size);
+    assert_eq!(fs.allocate(big, 0, 0, false), Err(Errno::EINVAL));
+    let dir = fs.mkdir(&cred, ROOT_INO, b"d", 0o755).expect("mkdir");
+    assert_eq!(fs.allocate(dir, 0, 4096, false), Err(Errno::EISDIR));
+    let report = fs.check().expect("check");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
 fn unnamed_files_get_names_and_orphans_are_reclaimed_after_a_crash() {
     let (sim, fs) = small_fs_in_boot(1);
     let cred = Cred::root();

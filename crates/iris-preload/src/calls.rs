@@ -1843,10 +1843,10 @@ pub unsafe extern "C" fn posix_fadvise64(
     unsafe { real::posix_fadvise64(fd, off, len, advice) }
 }
 
-/// fallocate on an Iris file: mode 0 checks that the volume has room for the range's holes
-/// (ENOSPC if not, see `Fs::check_room`) and extends the size (copy-on-write allocates at write
-/// time); with KEEP_SIZE only the check; PUNCH_HOLE (with KEEP_SIZE) and ZERO_RANGE as Linux
-/// does them; other modes EOPNOTSUPP.
+/// fallocate on an Iris file: mode 0 (with or without KEEP_SIZE) checks that the volume has
+/// room for the range's holes (ENOSPC if not) and fills those inside the file with zeroed
+/// blocks (see `Fs::allocate`); PUNCH_HOLE (with KEEP_SIZE) and ZERO_RANGE as Linux does them;
+/// other modes EOPNOTSUPP.
 fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<(), Errno> {
     if off < 0 || len <= 0 {
         return Err(Errno::EINVAL);
@@ -1859,15 +1859,7 @@ fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<()
     let (off, len) = (off as u64, len as u64);
     let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
     match mode & !libc::FALLOC_FL_KEEP_SIZE {
-        0 => {
-            // Copy-on-write allocates at write time: the room is checked, the size changes.
-            let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
-            fs.check_room(file.ino, off, len)?;
-            if !keep && fs.getattr(file.ino)?.size < end {
-                fs.truncate(file.ino, end)?;
-            }
-            Ok(())
-        }
+        0 => fs.allocate(file.ino, off, len, keep),
         libc::FALLOC_FL_PUNCH_HOLE if keep => fs.zero_range(file.ino, off, len, true),
         libc::FALLOC_FL_PUNCH_HOLE => Err(Errno::EOPNOTSUPP),
         libc::FALLOC_FL_ZERO_RANGE => fs.zero_range(file.ino, off, len, keep),
