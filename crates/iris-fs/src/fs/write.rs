@@ -633,7 +633,9 @@ impl Fs {
                         if old_len.is_none() {
                             added += 1;
                         }
-                        let new_len = old_len.unwrap_or(0).max(in_block + src.len());
+                        // As far as the file reaches (see the one-block case above).
+                        let in_file = (i.size.max(end) - bstart).min(bs) as usize;
+                        let new_len = old_len.unwrap_or(0).max(in_block + src.len()).max(in_file);
                         let fill = |old: Option<&[u8]>, out: &mut [u8]| {
                             let have = old.map_or(0, |o| o.len().min(new_len));
                             if let Some(o) = old {
@@ -912,6 +914,32 @@ mod tests {
         assert!(buf[..100].iter().all(|&x| x == 0));
         assert!(buf[100..110].iter().all(|&x| x == 7));
         assert!(buf[110..3000].iter().all(|&x| x == 0));
+    }
+
+    /// The same for a write across two blocks (a transaction): each piece's block reaches as
+    /// far as the file does.
+    #[test]
+    fn a_small_write_across_two_holes_fills_both_blocks() {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        fs.truncate(ino, 4 * 4096).expect("extend");
+        let w = fs.write_file(&map, 4096 + 3000, &[4u8; 2000]);
+        assert_eq!(w.expect("across blocks 1 and 2"), Some(2000));
+        for b in [1u64, 2] {
+            let len = fs
+                .store()
+                .get_with(key(ino, Kind::Data, b), |v| v.len())
+                .expect("get");
+            assert_eq!(len, Some(4096), "block {b}");
+        }
+        let mut buf = vec![1u8; 3 * 4096];
+        assert_eq!(
+            fs.read_file(&map, 4096, &mut buf).expect("read"),
+            Some(3 * 4096)
+        );
+        assert!(buf[..3000].iter().all(|&x| x == 0));
+        assert!(buf[3000..5000].iter().all(|&x| x == 4));
+        assert!(buf[5000..].iter().all(|&x| x == 0));
     }
 
     /// A file appended and synced record by record, as Redis's log with `appendfsync always`:
