@@ -308,7 +308,7 @@ impl Header {
             && self.region.read_u64(self.off + BOOT_LO) == boot_id as u64
     }
 
-    /// Stamp the header as valid for `boot_id`. Written last by recovery.
+    /// Stamp the header as valid for `boot_id`. Written last by recovery (after its replay).
     pub fn stamp(&self, boot_id: u128) {
         self.region
             .write_u64(self.off + BOOT_HI, (boot_id >> 64) as u64);

@@ -36,6 +36,8 @@
 //!   expecting a sync (`ThenPatch::sync_expected`: the intent log takes it), then syncing as a
 //!   file's sync does (`Store::commit_through` the keys' written generation), then printing
 //!   `acked n`.
+//! - `open VOLUME PREFIX N`: open the volume (recovering it, if the header is not of this
+//!   boot: `$IRIS_BOOT_ID` names another than the kernel's), print `opened` and exit.
 //! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
 //!   wait for a line on stdin, then count the keys of prefix OTHER it sees and print `saw N`.
 
@@ -208,8 +210,14 @@ fn num(args: &[String], i: usize) -> Result<u64, String> {
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
     let mode = arg(&args, 1)?;
-    let store = Store::open(Path::new(arg(&args, 2)?), &OpenOptions::default())
-        .map_err(|e| e.to_string())?;
+    // `$IRIS_BOOT_ID`: open as in that boot (another one than the header's: as after a reboot).
+    let opts = OpenOptions {
+        boot_id: std::env::var("IRIS_BOOT_ID")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        ..OpenOptions::default()
+    };
+    let store = Store::open(Path::new(arg(&args, 2)?), &opts).map_err(|e| e.to_string())?;
     let prefix = num(&args, 3)?;
     let mut out = std::io::stdout();
     match mode {
@@ -486,6 +494,7 @@ fn run() -> Result<(), String> {
             say(&mut out, &format!("saw {seen}"))?;
             Ok(())
         }
+        "open" => say(&mut out, "opened"),
         other => Err(format!("unknown mode {other}")),
     }
 }

@@ -25,7 +25,8 @@ use crate::volume_lock;
 use super::{kernel_boot_id, CreateOptions, Inner, OpenOptions, Store};
 
 /// Rebuild the working state from the newest superblock (first open after a reboot or power
-/// loss). Verifies every committed node on the way.
+/// loss). Verifies every committed node on the way. The header is stamped with the boot only
+/// once the intent log is replayed too (see `Store::open_in`).
 fn recover(
     media: &dyn Media,
     region: Region,
@@ -33,7 +34,6 @@ fn recover(
     header: Header,
     alloc: Allocator,
     sb: &Superblock,
-    boot_id: u128,
 ) -> Result<()> {
     if sb.backed_blocks > media.backed_len() / layout.bs() {
         media.grow(layout.offset(sb.backed_blocks))?;
@@ -93,7 +93,6 @@ fn recover(
     header.mark_log(&mut marks);
     alloc.mark_used(marks.words());
     header.set_used_blocks(alloc.count_used());
-    header.stamp(boot_id);
     Ok(())
 }
 
@@ -414,7 +413,7 @@ impl Store {
                 media.grow(layout.offset(header.backed_blocks()))?;
             }
         } else if may_recover {
-            recover(media.as_ref(), region, layout, header, alloc, &sb, boot_id)?;
+            recover(media.as_ref(), region, layout, header, alloc, &sb)?;
         } else {
             // Live processes share this header: rebuilding it would pull their state from
             // under them. Theirs is a layout this build does not know (another Iris build).
@@ -441,6 +440,11 @@ impl Store {
             if let Some(log) = sb.log {
                 store.replay_log(log)?;
             }
+            // Only now is the rebuilt state whole: an opener of this boot that finds the
+            // header stamped joins it as live, and one killed before this point (in the
+            // replay, say) leaves it unstamped, so the next opener recovers again (the replay
+            // commits nothing until its end, and then a superblock that holds it all).
+            store.inner.header.stamp(boot_id);
         }
         if trusted {
             // Joining a live volume: take the locks once, so that whatever a process killed
@@ -518,6 +522,7 @@ impl Store {
                 )?;
             }
             applied += 1;
+            crate::failpoint::hit("replay-applied");
         }
         inner.header.log_seq().store(last + 1, Ordering::Release);
         inner.header.mark_dirty();
