@@ -736,6 +736,32 @@ print("after close:", open("/iris/m", "rb").read()[:5], os.path.getsize("/iris/m
 }
 
 #[test]
+fn fallocate_of_a_mapped_file_changes_the_bytes_the_mapping_shares() {
+    // A mapped file's bytes live in a shadow file while it is mapped: posix_fallocate must
+    // size that, as ftruncate does, or the size seen and kept would be the old one.
+    let v = Volume::new("mmap-fallocate");
+    let out = v.sh_ok(
+        r#"python3 -c '
+import mmap, os
+fd = os.open("/iris/fa", os.O_CREAT | os.O_RDWR, 0o644)
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:5] = b"hello"
+os.posix_fallocate(fd, 0, 3 * 4096)
+print(os.fstat(fd).st_size, os.pread(fd, 5, 0), os.pread(fd, 3, 3 * 4096 - 3))
+m.close()
+os.close(fd)
+d = open("/iris/fa", "rb").read()
+print(len(d), d[:5], d[4096:] == bytes(8192))
+'"#,
+    );
+    assert_eq!(
+        out,
+        "12288 b'hello' b'\\x00\\x00\\x00'\n12288 b'hello' True\n"
+    );
+}
+
+#[test]
 fn a_mapping_only_read_leaves_the_file_and_its_times_alone() {
     // git mmaps the files it hashes: when every close of a mapped file wrote it back whole,
     // its modification and change times moved, and every `git status` after hashed it again.

@@ -1856,6 +1856,19 @@ fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<()
     }
     let _b = Busy::enter();
     let fs = fs_or_eio()?;
+    if let Some(fd) = shadow_of(fs, file.ino) {
+        // The bytes live in a shadow file (see `shadow`): the kernel's fallocate, there.
+        crate::shadow::note_changed(file.ino);
+        // SAFETY: the shadow's descriptor, the caller's mode and range.
+        return match unsafe { real::fallocate(fd, mode, off, len) } {
+            0 => Ok(()),
+            _ => Err(Errno(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            )),
+        };
+    }
     let (off, len) = (off as u64, len as u64);
     let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
     match mode & !libc::FALLOC_FL_KEEP_SIZE {
