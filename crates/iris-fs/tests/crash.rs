@@ -92,7 +92,16 @@ fn random_op(rng: &mut StdRng, fs: &Fs, bs: usize, maps: &mut Maps) {
             }),
         4 => fs
             .resolve(&c, ROOT_INO, name.as_bytes(), true)
-            .and_then(|ino| fs.truncate(ino, rng.gen_range(0..3 * bs) as u64)),
+            .and_then(|ino| match rng.gen_range(0..4) {
+                0 | 1 => fs.truncate(ino, rng.gen_range(0..3 * bs) as u64),
+                // fallocate: now and then past one transaction's 256 blocks.
+                n => {
+                    let blocks = if n == 3 && rng.gen_bool(0.3) { 300 } else { 4 };
+                    let off = rng.gen_range(0..3 * bs) as u64;
+                    let len = rng.gen_range(1..blocks * bs) as u64;
+                    fs.allocate(ino, off, len, rng.gen_bool(0.3))
+                }
+            }),
         5 => fs.unlink(&c, ROOT_INO, name.as_bytes()),
         6 => {
             let to = format!("/{}", NAMES[rng.gen_range(0..NAMES.len())]);
