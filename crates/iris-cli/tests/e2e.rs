@@ -88,6 +88,30 @@ fn fio_random_write_then_read_verifies() {
 }
 
 #[test]
+fn fio_small_random_writes_into_a_new_file_verify_with_and_without_fallocate() {
+    // fio's write jobs fallocate their file (zeroed blocks, see `Fs::allocate`); with
+    // `--fallocate=none` it is only sized, and each first write lands in a hole (which then
+    // fills its block as far as the file reaches). 512 B writes, each block written in parts.
+    let v = Volume::new("fio-holes");
+    for (i, fallocate) in ["native", "none"].iter().enumerate() {
+        let out = v.sh_ok(&format!(
+            "fio --name=h{i} --directory=/iris --size=4m --bs=512 --rw=randwrite \
+             --fallocate={fallocate} --ioengine=psync --verify=crc32c --do_verify=1 \
+             --verify_state_save=0 --output-format=terse --terse-version=3"
+        ));
+        let fields: Vec<&str> = out.trim().split(';').collect();
+        assert_eq!(
+            fields.get(4),
+            Some(&"0"),
+            "fio --fallocate={fallocate}: {out}"
+        );
+    }
+    let sizes = v.sh_ok("stat -c %s /iris/h0.0.0 /iris/h1.0.0");
+    assert_eq!(sizes, "4194304\n4194304\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn fio_with_native_aio_writes_and_verifies_through_iris() {
     // libaio's io_submit is a system call wrapper: unseen, the kernel ran each request against
     // the Iris fd's placeholder memfd (a write overwrote the description there, a read
