@@ -755,45 +755,42 @@ fn a_recovery_killed_during_its_replay_is_made_again_by_the_next_opener() {
     // The first opener after a reboot rebuilds the shared state and replays the intent log.
     // Killed after the first record it applied, it leaves the rest unapplied: the next
     // opener of that boot must not take the half-rebuilt state as live, or the acknowledged
-    // writes the replay had not reached yet are lost.
-    let path = volume("replay-killed");
-    let (prefix, keys) = (700u64, 8u64);
-    let child = worker(&path, "syncer", prefix, keys);
-    std::thread::sleep(Duration::from_millis(150));
-    let acked = child.kill().expect("some writes acknowledged");
-    assert!(acked >= 2, "too few logged writes to replay ({acked})");
-    let boot = "4242";
-    killed_at_env(
-        &path,
-        "open",
-        0,
-        0,
-        "replay-applied",
-        &[("IRIS_BOOT_ID", boot)],
-    );
-    let opts = OpenOptions {
-        boot_id: Some(4242),
-        commit_interval: None,
-    };
-    let s = Store::open(&path, &opts).expect("open in the boot of the killed recovery");
-    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
-    let count = s
-        .get_with(Key::new(prefix, 1 << 40), |v| {
-            u64::from_le_bytes(v[..8].try_into().expect("8 bytes"))
-        })
-        .expect("get count")
-        .unwrap_or(0);
-    assert!(
-        count > acked,
-        "write {acked} acknowledged, the count says {count}"
-    );
-    for i in 0..keys {
-        let got = s
-            .get_with(Key::new(prefix, i), |v| {
+    // writes the replay had not reached yet are lost. Killed after the replay's commit, the
+    // next opener rebuilds from that commit, which holds them all.
+    for (round, point) in ["replay-applied", "replay-committed"].iter().enumerate() {
+        let path = volume(&format!("replay-killed-{round}"));
+        let (prefix, keys) = (700u64, 8u64);
+        let child = worker(&path, "syncer", prefix, keys);
+        std::thread::sleep(Duration::from_millis(150));
+        let acked = child.kill().expect("some writes acknowledged");
+        assert!(acked >= 2, "too few logged writes to replay ({acked})");
+        let boot = 4242 + round as u128;
+        let boot_env = boot.to_string();
+        killed_at_env(&path, "open", 0, 0, point, &[("IRIS_BOOT_ID", &boot_env)]);
+        let opts = OpenOptions {
+            boot_id: Some(boot),
+            commit_interval: None,
+        };
+        let s = Store::open(&path, &opts).expect("open in the boot of the killed recovery");
+        assert_eq!(s.verify().expect("verify").leaked_blocks, 0, "{point}");
+        let count = s
+            .get_with(Key::new(prefix, 1 << 40), |v| {
                 u64::from_le_bytes(v[..8].try_into().expect("8 bytes"))
             })
-            .expect("get");
-        let want = (count > i).then(|| (count - 1 - i) / keys);
-        assert_eq!(got, want, "key {i} after {count} writes");
+            .expect("get count")
+            .unwrap_or(0);
+        assert!(
+            count > acked,
+            "{point}: write {acked} acknowledged, the count says {count}"
+        );
+        for i in 0..keys {
+            let got = s
+                .get_with(Key::new(prefix, i), |v| {
+                    u64::from_le_bytes(v[..8].try_into().expect("8 bytes"))
+                })
+                .expect("get");
+            let want = (count > i).then(|| (count - 1 - i) / keys);
+            assert_eq!(got, want, "{point}: key {i} after {count} writes");
+        }
     }
 }

@@ -527,6 +527,7 @@ impl Store {
         inner.header.log_seq().store(last + 1, Ordering::Release);
         inner.header.mark_dirty();
         inner.commit_locked()?;
+        crate::failpoint::hit("replay-committed");
         Ok(applied)
     }
 
