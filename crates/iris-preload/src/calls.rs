@@ -1862,11 +1862,7 @@ fn fallocate_iris(file: &OpenFile, mode: c_int, off: i64, len: i64) -> Result<()
         // SAFETY: the shadow's descriptor, the caller's mode and range.
         return match unsafe { real::fallocate(fd, mode, off, len) } {
             0 => Ok(()),
-            _ => Err(Errno(
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO),
-            )),
+            _ => Err(crate::shadow::errno()),
         };
     }
     let (off, len) = (off as u64, len as u64);

@@ -56,7 +56,8 @@ pub(crate) fn before_first_shadow(fs: &Fs) {
     host_files::sweep_gone_volumes(id);
 }
 
-fn errno() -> Errno {
+/// The error the last failed system call of this thread set.
+pub(crate) fn errno() -> Errno {
     Errno(
         std::io::Error::last_os_error()
             .raw_os_error()
