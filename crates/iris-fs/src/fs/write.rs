@@ -728,7 +728,8 @@ impl Fs {
             if data.is_empty() {
                 return Ok(off);
             }
-            for block in off / bs..=(end - 1) / bs {
+            let last = (end - 1) / bs;
+            for block in off / bs..=last {
                 let bstart = block * bs;
                 let from = off.max(bstart);
                 let to = end.min(bstart + bs);
@@ -740,14 +741,22 @@ impl Fs {
                     i.blocks += 1;
                 }
                 let new_len = old_len.unwrap_or(0).max(in_block + src.len());
-                tx.put_with(k, new_len, |old, out| {
+                let fill = |old: Option<&[u8]>, out: &mut [u8]| {
                     let have = old.map_or(0, |o| o.len().min(new_len));
                     if let Some(o) = old {
                         iris_store::copy_bytes(&mut out[..have], &o[..have]);
                     }
                     out[have..].fill(0);
                     iris_store::copy_bytes(&mut out[in_block..in_block + src.len()], src);
-                })?;
+                };
+                if old_len.is_none() && block > 0 && block == last && bstart >= i.size {
+                    // A new last block: out of line, so the appends that follow go into its
+                    // tail in place (see `write_impl`). Inline, each of them rewrote the leaf
+                    // under every lock until the block outgrew the inline limit.
+                    tx.put_growing_with(k, new_len, fill)?;
+                } else {
+                    tx.put_with(k, new_len, fill)?;
+                }
             }
             i.size = end;
             i.mtime_ns = now;
@@ -968,6 +977,46 @@ mod tests {
         let mut buf = vec![0u8; 10_000];
         assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 10_000);
         assert!(buf.iter().all(|&b| b == 7));
+    }
+
+    /// An append across a block boundary (the transaction of `Fs::append`, as `O_APPEND`
+    /// writes take) leaves its new last block out of line however few bytes it holds, so the
+    /// appends after it go into the block's tail where it is instead of rewriting the leaf.
+    #[test]
+    fn an_append_across_a_block_boundary_leaves_the_new_block_out_of_line() {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        let located = |b: u64| {
+            fs.store()
+                .read(|v| {
+                    Ok(match v.get_located(key(ino, Kind::Data, b))? {
+                        Some(iris_store::Located::Block(at)) => Some(at),
+                        _ => None,
+                    })
+                })
+                .expect("read")
+        };
+        // 4000 bytes, then 110 across the boundary: 14 of them in block 1 (far below the
+        // inline limit).
+        assert_eq!(fs.append_file(&map, &[1u8; 4000]).expect("append"), Some(0));
+        assert_eq!(
+            fs.append_file(&map, &[2u8; 110]).expect("append"),
+            Some(4000)
+        );
+        let at = located(1).expect("block 1 out of line");
+        assert_eq!(at.len(), 14);
+        // The next appends land in that block's tail.
+        for i in 0..3u64 {
+            let off = fs.append_file(&map, &[3u8; 110]).expect("append");
+            assert_eq!(off, Some(4110 + i * 110));
+        }
+        let after = located(1).expect("still out of line");
+        assert_eq!((after.block(), after.len()), (at.block(), 14 + 330));
+        let mut buf = vec![0u8; 4440];
+        assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 4440);
+        assert!(buf[..4000].iter().all(|&b| b == 1));
+        assert!(buf[4000..4110].iter().all(|&b| b == 2));
+        assert!(buf[4110..].iter().all(|&b| b == 3));
     }
 
     /// A file whose blocks 0..`n` [`fill_blocks`] filled through its map, all committed.
