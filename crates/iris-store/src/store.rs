@@ -212,11 +212,20 @@ type PatchStart = Option<(Key, u64)>;
 enum PatchPlan {
     /// Nothing to write: skipped, or every word already holds its value.
     Nothing,
-    /// Words to write in place at the spot (boxed: a plan is moved on every write, and is
-    /// mostly `Nothing`; a spot and a patch are 450 bytes).
-    InPlace(Box<(crate::tree::Spot, Patch)>),
+    /// Words to write in place into the patched key's inline value.
+    InPlace(PlannedPatch),
     /// Only holding every lock.
     Escalate,
+}
+
+/// A patch planned in place: `patch`'s words go into the inline value of `key` at region
+/// offset `value_off`, in a leaf private to the working tree (checked under the locks the
+/// planner holds until the patch is made). No spot is kept: a plan is moved on every write,
+/// and a boxed spot cost an allocation and a free per patched write.
+struct PlannedPatch {
+    key: Key,
+    value_off: u64,
+    patch: Patch,
 }
 
 /// Most bytes [`Store::prefetch_bytes`] asks for: the first lines of a read; the hardware's

@@ -797,6 +797,16 @@ impl<'a> Txn<'a> {
         Ok(Some(true))
     }
 
+    /// Write `words` (offsets inside the value, checked by the caller) into the inline value of
+    /// `key` at region offset `value_off`, in a leaf private to the working tree that the
+    /// caller found and checked ([`Txn::patchable_in_place`]) under locks it still holds.
+    pub fn patch_inline_at(&mut self, key: Key, value_off: u64, words: &[(usize, u64)]) {
+        self.touch(key);
+        for (off, w) in words {
+            self.cx.region.write_u64(value_off + *off as u64, w.to_le());
+        }
+    }
+
     /// Give the out-of-line value at `spot` the length `len`, its block's bytes up to `len`
     /// written already, in a leaf private to the working tree (see `Node::publish_block_len`).
     /// `false` (nothing done) when the value is not out of line or the leaf is committed.

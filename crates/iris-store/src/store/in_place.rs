@@ -12,7 +12,7 @@ use crate::tree::Txn;
 
 use super::{
     check_then, home_share, set_home_share, BlockPut, BlockRef, InPlaceOutcome, Inner, Known,
-    Patch, PatchPlan, PatchStart, Store, ThenPatch, PREFETCH_BYTES,
+    Patch, PatchPlan, PatchStart, PlannedPatch, Store, ThenPatch, PREFETCH_BYTES,
 };
 
 impl Store {
@@ -126,7 +126,7 @@ impl Store {
             // Into the intent log: the words the patch sets go into the record.
             txn.set_logged();
             *out = match &plan {
-                PatchPlan::InPlace(at) => at.1,
+                PatchPlan::InPlace(at) => at.patch,
                 _ => Patch::default(),
             };
         }
@@ -180,8 +180,8 @@ impl Store {
     ) -> Result<BlockPut> {
         let patched = match plan {
             PatchPlan::InPlace(at) => {
-                let (spot, words) = &**at;
-                txn.patch_at(spot, &words.words[..words.count])? == Some(true)
+                txn.patch_inline_at(at.key, at.value_off, at.patch.words());
+                true
             }
             _ => false,
         };
@@ -262,7 +262,14 @@ impl Store {
         if held & (1 << partition_of(t.key)) == 0 || !txn.patchable_in_place(&spot)? {
             return Ok(PatchPlan::Escalate);
         }
-        Ok(PatchPlan::InPlace(Box::new((spot, patch))))
+        let Some(value_off) = spot.inline_value_off() else {
+            return Ok(PatchPlan::Escalate);
+        };
+        Ok(PatchPlan::InPlace(PlannedPatch {
+            key: t.key,
+            value_off,
+            patch,
+        }))
     }
 
     /// Write `data` at byte `offset` of the out-of-line value of `key` where it lies, then make

@@ -82,7 +82,7 @@ impl Store {
             inner.latency.on_write(1);
             inner.persist_logged_block(block, u64::from(len))?;
             let words = match &plan {
-                PatchPlan::InPlace(at) => at.1,
+                PatchPlan::InPlace(at) => at.patch,
                 _ => Patch::default(),
             };
             txn.set_logged();

@@ -213,12 +213,8 @@ impl Store {
         words[0] = (len_word, inner.region.read_u64(len_word));
         let mut n = 1;
         if let PatchPlan::InPlace(planned) = &plan {
-            let (at, patch) = &**planned;
-            let Some(value) = at.inline_value_off() else {
-                return Ok(None);
-            };
-            for (off, _) in patch.words() {
-                let w = value + *off as u64;
+            for (off, _) in planned.patch.words() {
+                let w = planned.value_off + *off as u64;
                 words[n] = (w, inner.region.read_u64(w));
                 n += 1;
             }
