@@ -36,8 +36,8 @@ pub use key::Key;
 pub use layout::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 pub use store::{
     kernel_boot_id, BlockPut, BlockRef, CreateOptions, Known, KnownView, Located, NoPatch, Op,
-    OpenOptions, Patch, Places, Prepared, SnapshotView, Stats, Store, ThenPatch, TreeShape, Tx,
-    VerifyReport, View, WriteMarks,
+    OpenOptions, Patch, Piece, Places, Prepared, SnapshotView, Stats, Store, ThenPatch, TreeShape,
+    Tx, VerifyReport, View, WriteMarks, MAX_PIECES,
 };
 pub use stream::copy_streaming;
 pub use superblock::{

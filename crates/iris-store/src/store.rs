@@ -40,6 +40,7 @@ mod snapshot;
 mod tx;
 mod view;
 
+pub use in_place::{Piece, MAX_PIECES};
 pub use prepared::Prepared;
 pub use snapshot::SnapshotView;
 pub use tx::{Places, Tx};

@@ -16,7 +16,7 @@
 
 use std::cell::Cell;
 
-use iris_store::{BlockPut, BlockRef, Key, Known, Store, ThenPatch};
+use iris_store::{BlockPut, BlockRef, Key, Known, Piece, Store, ThenPatch, MAX_PIECES};
 
 use crate::cache::FileCache;
 use crate::errno::{Errno, FsResult};
@@ -247,12 +247,12 @@ impl Fs {
         Ok(Some(Some(data.len())))
     }
 
-    /// A write of at most a block that crosses one block boundary, through the open file's map,
-    /// when both blocks look written since the last commit: both pieces where they are, in one
-    /// hold of the locks, with the size and times (see `Store::write_pair_in_place`). `None`
-    /// when it does not apply: the caller writes another way. [`Fs::overwrite_blocks`] would
-    /// copy both blocks whole into new ones: fio's unaligned 4 KiB random writes spent 39 % of
-    /// their time in that copy.
+    /// A write across block boundaries (at most [`MAX_PIECES`] blocks), through the open file's
+    /// map, when every block looks written since the last commit: each piece where it is, in
+    /// one hold of the locks, with the size and times (see `Store::write_pieces_in_place`).
+    /// `None` when it does not apply: the caller writes another way. [`Fs::overwrite_blocks`]
+    /// would copy the blocks into new ones: fio's unaligned 4 KiB random writes spent 39 % of
+    /// their time in that copy, and an aligned 8 KiB write took 2.3 us against 1.3.
     fn write_across_in_place(
         &self,
         ino: u64,
@@ -263,30 +263,42 @@ impl Fs {
         honor_shadow: bool,
     ) -> FsResult<Option<Option<usize>>> {
         let bs = self.block_size;
-        let first = off / bs;
-        let split = ((first + 1) * bs - off) as usize;
         let end = off + data.len() as u64;
-        let mut known = [None; 2];
-        for (i, block) in [first, first + 1].into_iter().enumerate() {
-            let (k, seen) = block_location(&self.store, file, block, key(ino, Kind::Data, block));
+        let first = off / bs;
+        let count = ((end - 1) / bs - first + 1) as usize;
+        if !(2..=MAX_PIECES).contains(&count) {
+            return Ok(None);
+        }
+        let mut pieces = [Piece {
+            key: key(ino, Kind::Data, first),
+            offset: 0,
+            data: &[],
+            known: None,
+        }; MAX_PIECES];
+        for (i, piece) in pieces[..count].iter_mut().enumerate() {
+            let block = first + i as u64;
+            let k = key(ino, Kind::Data, block);
+            let (known, seen) = block_location(&self.store, file, block, k);
             if !seen.is_some_and(|at| self.store.looks_fresh(at)) {
                 return Ok(None);
             }
-            known[i] = k;
+            let from = off.max(block * bs);
+            let to = end.min((block + 1) * bs);
+            *piece = Piece {
+                key: k,
+                offset: (from - block * bs) as usize,
+                data: &data[(from - off) as usize..(to - off) as usize],
+                known,
+            };
         }
+        let pieces = &pieces[..count];
         let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
             return Ok(Some(None));
         };
         let after = Cell::new(None);
-        let mut placed = [None; 2];
-        let put = self.store.write_pair_in_place(
-            (
-                key(ino, Kind::Data, first),
-                (off - first * bs) as usize,
-                &data[..split],
-                known[0],
-            ),
-            (key(ino, Kind::Data, first + 1), &data[split..], known[1]),
+        let mut placed = [None; MAX_PIECES];
+        let put = self.store.write_pieces_in_place(
+            pieces,
             |i, at| placed[i] = Some(at),
             Some(ThenPatch {
                 key: key(ino, Kind::Inode, 0),
@@ -302,11 +314,16 @@ impl Fs {
         if !put.found {
             return Err(Errno::ENOENT);
         }
-        note_put(file, first + 1, known[1], &put);
-        // The first block, if the map did not know it, where the write found it.
-        if let (None, Some(at), Some((stamp, _))) = (known[0], placed[0], put.located) {
+        let last = count - 1;
+        note_put(file, first + last as u64, pieces[last].known, &put);
+        // The other blocks the map did not know, where the write found them.
+        if let Some((stamp, _)) = put.located {
             if let Some(e) = file.epoch_now(stamp) {
-                file.put(first, e, at);
+                for (i, p) in pieces[..last].iter().enumerate() {
+                    if let (None, Some(at)) = (p.known, placed[i]) {
+                        file.put(first + i as u64, e, at);
+                    }
+                }
             }
         }
         self.refresh_inode_after(&inode, &put, after.get());
@@ -568,7 +585,7 @@ impl Fs {
                 return Ok(Some(data.len()));
             }
         }
-        if let Some(f) = file.filter(|_| last == first + 1 && data.len() as u64 <= bs) {
+        if let Some(f) = file.filter(|_| last > first && last - first < MAX_PIECES as u64) {
             if !sync_expected {
                 if let Some(done) =
                     self.write_across_in_place(ino, f, off, data, now, honor_shadow)?
@@ -1096,6 +1113,40 @@ mod tests {
             i => (i / 4096) as u8 + 1,
         };
         assert!((0..buf.len()).all(|i| buf[i] == want(i)));
+    }
+
+    /// Writes over several blocks written since the last commit (an aligned 8 KiB page, 10 KiB
+    /// across three blocks, a block the map does not know among them) change every block
+    /// where it is: no block moves, and the map knows them all afterwards.
+    #[test]
+    fn writes_across_several_blocks_of_this_generation_change_them_where_they_are() {
+        let (fs, ino) = fs_with_file();
+        let map = fs.file_cache(ino);
+        fill_blocks(&fs, &map, 6);
+        let stamp = || fs.store().change_stamp(key(ino, Kind::Data, 0));
+        let e = map.epoch_now(stamp()).expect("in force");
+        let places: Vec<_> = (0..6).map(|b| map.get(b, e).expect("known")).collect();
+        let before = stamp();
+        let mut want: Vec<u8> = (0..6 * 4096).map(|i| (i / 4096) as u8 + 1).collect();
+        let mut write = |off: usize, data: &[u8]| {
+            let w = fs.write_file(&map, off as u64, data).expect("write");
+            assert_eq!(w, Some(data.len()));
+            want[off..off + data.len()].copy_from_slice(data);
+        };
+        write(2 * 4096, &[0xA1; 8192]);
+        write(4096 + 100, &[0xB2; 10_000]);
+        // A map that knows block 4 only as a hint (where it was last seen, of no epoch).
+        map.hint(4, places[4]);
+        assert_eq!(map.get(4, map.epoch_now(stamp()).expect("in force")), None);
+        write(3 * 4096 + 7, &[0xC3; 2 * 4096]);
+        assert_eq!(stamp(), before, "no block moved");
+        let e = map.epoch_now(stamp()).expect("still in force");
+        for (b, at) in places.iter().enumerate() {
+            assert_eq!(map.get(b as u64, e), Some(*at), "block {b} where it was");
+        }
+        let mut buf = vec![0u8; 6 * 4096];
+        assert_eq!(fs.read(ino, 0, &mut buf).expect("read"), 6 * 4096);
+        assert!(buf == want, "the bytes read back");
     }
 
     #[test]

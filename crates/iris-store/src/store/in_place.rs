@@ -15,6 +15,25 @@ use super::{
     Patch, PatchPlan, PatchStart, PlannedPatch, Store, ThenPatch, PREFETCH_BYTES,
 };
 
+/// Most pieces one [`Store::write_pieces_in_place`] writes: 128 KiB of 4 KiB blocks (a
+/// 64 KiB write at any offset spans 17).
+pub const MAX_PIECES: usize = 32;
+
+/// One piece of a write in place (see [`Store::write_pieces_in_place`]): `data` at byte
+/// `offset` of the out-of-line value of `key`, where the caller last saw it (`known`), if it
+/// knows.
+#[derive(Clone, Copy, Debug)]
+pub struct Piece<'a> {
+    /// The value's key.
+    pub key: Key,
+    /// Where in the value the bytes go.
+    pub offset: usize,
+    /// The bytes.
+    pub data: &'a [u8],
+    /// Where the caller last saw the value, and the key's change stamp then.
+    pub known: Option<Known>,
+}
+
 impl Store {
     /// Allocate a block and reserve an in-flight slot for it, holding the lock of the partition
     /// whose share it comes from (see [`home_share`]; every lock when the volume must grow or
@@ -336,56 +355,82 @@ impl Store {
 
     /// The two pieces of a write across a block boundary, each where it lies: `first.2` at
     /// byte `first.1` of the out-of-line value of key `first.0`, `second.2` at byte 0 of
-    /// `second.0`'s (keys sharing a change stamp, as one file's blocks do; each piece at most
-    /// 4 KiB, inside its value, in a data block written since the last commit; a [`Known`]
-    /// location, if given, spares the look at the tree), in one hold of the keys' partition
-    /// locks, then the patch `then` describes. Readers see both pieces or neither: the
-    /// partitions' write marks stay odd across both copies. A process killed between them
-    /// leaves the first one written, as the kernel's copy page by page does, and never part of
-    /// a piece (see `undo`). `placed(i, at)` hears where piece `i`'s value is, under the locks
-    /// (the result's `located` names the second's). `None`: nothing written; the caller writes
-    /// another way.
+    /// `second.0`'s: [`Store::write_pieces_in_place`] of those two pieces.
     pub fn write_pair_in_place(
         &self,
         first: (Key, usize, &[u8], Option<Known>),
         second: (Key, &[u8], Option<Known>),
+        placed: impl FnMut(usize, BlockRef),
+        then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
+    ) -> Result<Option<BlockPut>> {
+        let pieces = [
+            Piece {
+                key: first.0,
+                offset: first.1,
+                data: first.2,
+                known: first.3,
+            },
+            Piece {
+                key: second.0,
+                offset: 0,
+                data: second.1,
+                known: second.2,
+            },
+        ];
+        self.write_pieces_in_place(&pieces, placed, then)
+    }
+
+    /// The pieces of a write across block boundaries, each where it lies (at most
+    /// [`MAX_PIECES`]; keys sharing a change stamp, as one file's blocks do; each piece at most
+    /// 4 KiB, inside its value, in a data block written since the last commit; a [`Known`]
+    /// location, if given, spares the look at the tree), in one hold of the keys' partition
+    /// locks, then the patch `then` describes. Readers see all the pieces or none: the
+    /// partitions' write marks stay odd across every copy. A process killed among them leaves
+    /// the pieces before it written, as the kernel's copy page by page does, and never part of a
+    /// piece (see `undo`). `placed(i, at)` hears where piece `i`'s value is, under the locks
+    /// (the result's `located` names the last one's). `None`: nothing written; the caller
+    /// writes another way.
+    pub fn write_pieces_in_place(
+        &self,
+        pieces: &[Piece<'_>],
         mut placed: impl FnMut(usize, BlockRef),
         then: Option<ThenPatch<impl FnMut(&[u8], bool, &mut Patch)>>,
     ) -> Result<Option<BlockPut>> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let pieces = [
-            (first.0, first.1, first.2, first.3),
-            (second.0, 0, second.1, second.2),
-        ];
-        let same_stamp =
-            crate::header::stamp_bucket(first.0) == crate::header::stamp_bucket(second.0);
-        if !same_stamp
-            || pieces
-                .iter()
-                .any(|(_, _, d, _)| d.len() as u64 > crate::undo::UNDO_MAX_BYTES)
+        let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else {
+            return Ok(None);
+        };
+        let bucket = crate::header::stamp_bucket(first.key);
+        if pieces.len() > MAX_PIECES
+            || pieces.iter().any(|p| {
+                crate::header::stamp_bucket(p.key) != bucket
+                    || p.data.len() as u64 > crate::undo::UNDO_MAX_BYTES
+            })
         {
             return Ok(None);
         }
-        let (mut held, patch_bit) = super::in_place_partitions(first.0, &then);
-        held |= 1 << partition_of(second.0);
+        let (mut held, patch_bit) = super::in_place_partitions(first.key, &then);
+        for p in pieces {
+            held |= 1 << partition_of(p.key);
+        }
         let mut then = then;
         loop {
             let Some(_guards) = super::overwrite::lock_partitions(inner, held)? else {
                 return Ok(None);
             };
             let mut txn = Txn::begin_in(inner.cx(), u64::from(held.trailing_zeros()));
-            let mut at = [BlockRef { block: 0, len: 0 }; 2];
-            for (i, (key, offset, data, known)) in pieces.iter().enumerate() {
-                at[i] = match known {
+            let mut at = [BlockRef { block: 0, len: 0 }; MAX_PIECES];
+            for (i, p) in pieces.iter().enumerate() {
+                at[i] = match p.known {
                     Some(k)
-                        if inner.header.change_stamp(*key) == k.stamp
+                        if inner.header.change_stamp(p.key) == k.stamp
                             && inner.alloc.is_fresh(k.at.block) =>
                     {
                         k.at
                     }
                     _ => {
-                        let spot = inner.locate_in_place(&txn, *key)?;
+                        let spot = inner.locate_in_place(&txn, p.key)?;
                         match txn.value_at(&spot)? {
                             Some(Val::Block { block, len, gen })
                                 if gen == inner.header.working_gen()
@@ -397,7 +442,7 @@ impl Store {
                         }
                     }
                 };
-                if offset + data.len() > at[i].len as usize {
+                if p.offset + p.data.len() > at[i].len as usize {
                     return Ok(None);
                 }
             }
@@ -410,17 +455,18 @@ impl Store {
             };
             // The bytes change where readers may be copying them: they read again (see `View`).
             let _in_place = inner.header.in_place(held);
-            for (i, (key, offset, data, _)) in pieces.iter().enumerate() {
+            for (i, p) in pieces.iter().enumerate() {
                 inner
                     .undo
-                    .write(partition_of(*key), at[i].block, *offset as u64, data);
+                    .write(partition_of(p.key), at[i].block, p.offset as u64, p.data);
             }
-            inner.latency.on_write(2);
-            placed(0, at[0]);
-            placed(1, at[1]);
-            // (Both keys share a stamp: one names the write's generation for both.)
-            txn.note_written_in_place(second.0);
-            let located = Some((second.0, at[1]));
+            inner.latency.on_write(pieces.len() as u32);
+            for (i, a) in at[..pieces.len()].iter().enumerate() {
+                placed(i, *a);
+            }
+            // (The keys share a stamp: one names the write's generation for all.)
+            txn.note_written_in_place(last.key);
+            let located = Some((last.key, at[pieces.len() - 1]));
             return Self::finish_in_place(inner, &mut txn, located, start, &plan, true).map(Some);
         }
     }
@@ -549,5 +595,87 @@ mod tests {
             }
         }
         assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+    }
+
+    /// Pieces of one write over several values written since the last commit land where the
+    /// values are (no block moves, no stamp moves); too many pieces, keys of two stamp buckets,
+    /// or a piece over a committed value are refused with nothing written.
+    #[test]
+    fn pieces_in_place_land_where_their_values_are_or_not_at_all() {
+        use super::super::NoPatch;
+        use super::{Piece, MAX_PIECES};
+        let s = super::super::test_store();
+        // Keys of one stamp bucket: one "file"'s blocks.
+        let k = |b: u64| Key::new(7 << 32, b);
+        let old: Vec<Vec<u8>> = (0..5u8).map(|b| vec![b + 1; 4096]).collect();
+        for (b, v) in old.iter().enumerate() {
+            s.put(k(b as u64), v).expect("put");
+        }
+        let places = |s: &super::Store| -> Vec<u64> {
+            (0..5)
+                .map(|b| {
+                    s.read(|v| match v.get_located(k(b))? {
+                        Some(crate::store::Located::Block(at)) => Ok(at.block()),
+                        _ => panic!("block {b} out of line"),
+                    })
+                    .expect("read")
+                })
+                .collect()
+        };
+        let before = (places(&s), s.change_stamp(k(0)));
+        let piece = |b: u64, offset: usize, data: &'static [u8]| Piece {
+            key: k(b),
+            offset,
+            data,
+            known: None,
+        };
+        static A: [u8; 4096] = [0xA1; 4096];
+        let pieces = [
+            piece(1, 4000, &A[..96]),
+            piece(2, 0, &A),
+            piece(3, 0, &A[..10]),
+        ];
+        let mut seen = Vec::new();
+        let put = s
+            .write_pieces_in_place(&pieces, |i, at| seen.push((i, at.block())), None::<NoPatch>)
+            .expect("write");
+        assert!(put.is_some(), "written in place");
+        assert_eq!((places(&s), s.change_stamp(k(0))), before, "nothing moved");
+        assert_eq!(
+            seen,
+            vec![(0, before.0[1]), (1, before.0[2]), (2, before.0[3])]
+        );
+        let got = |b: u64| {
+            s.get_with(k(b), |v| v.to_vec())
+                .expect("get")
+                .expect("there")
+        };
+        assert!(
+            got(1)[..4000].iter().all(|&x| x == 2) && got(1)[4000..].iter().all(|&x| x == 0xA1)
+        );
+        assert!(got(2).iter().all(|&x| x == 0xA1));
+        assert!(got(3)[..10].iter().all(|&x| x == 0xA1) && got(3)[10..].iter().all(|&x| x == 4));
+        // Refused, nothing written: too many pieces, another stamp bucket, a committed value.
+        static B: [u8; 8] = [0xB2; 8];
+        let many = [piece(0, 0, &B); MAX_PIECES + 1];
+        let none = |pieces: &[Piece<'_>]| {
+            s.write_pieces_in_place(pieces, |_, _| {}, None::<NoPatch>)
+                .expect("write")
+                .is_none()
+        };
+        assert!(none(&many));
+        let other = Piece {
+            key: (0..64)
+                .map(|hi| Key::new(hi, 0))
+                .find(|o| crate::header::stamp_bucket(*o) != crate::header::stamp_bucket(k(0)))
+                .expect("a key of another bucket"),
+            ..piece(0, 0, &B)
+        };
+        s.put(other.key, &[9u8; 4096]).expect("put other");
+        assert!(none(&[piece(0, 0, &B), other]));
+        s.commit().expect("commit");
+        assert!(none(&[piece(0, 0, &B), piece(1, 0, &B)]));
+        assert_eq!(got(0), old[0], "refused writes wrote nothing");
+        assert_eq!(got(1)[..8], [2u8; 8]);
     }
 }
