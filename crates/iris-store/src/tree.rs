@@ -1154,7 +1154,14 @@ impl<'a> Txn<'a> {
         self.cx.header.bump_change_stamps(&self.touched);
         self.settle_announced();
         self.finished = true;
-        let newest_snapshot = self.cx.header.newest_snapshot_generation();
+        // (Read only when a block was released: most in-place writes release none, and the
+        // snapshot count shares its line with the count of blocks waiting for the commit, which
+        // every other writer's copy of a committed block adds to.)
+        let newest_snapshot = if self.released.len() > 0 {
+            self.cx.header.newest_snapshot_generation()
+        } else {
+            None
+        };
         for i in 0..self.released.len() {
             let (block, birth) = self.released.get(i);
             if self.is_fresh(block) {
