@@ -579,8 +579,8 @@ impl Fs {
                     return Err(Errno::ENOENT);
                 }
                 remember(&put);
-                // (Left out, the inode's next look walked the tree: a file appended and synced
-                // record by record looked twice per record, its sync's check for a shadow too.)
+                // The inode's new record into the cache: without it, the inode's next look (the
+                // sync's check for a shadow, the next write) walked the tree.
                 self.refresh_inode_after(&inode, &put, after.get());
                 return Ok(Some(data.len()));
             }
