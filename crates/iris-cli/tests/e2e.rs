@@ -1104,6 +1104,18 @@ fn a_close_racing_reads_and_writes_of_its_fd_neither_crashes_nor_hangs() {
 }
 
 #[test]
+fn writes_over_several_blocks_are_seen_whole_by_another_process() {
+    // 16 KiB rewrites (four blocks, or five at an unaligned offset) of blocks written since the
+    // last commit go in place piece by piece (`Store::write_pieces_in_place`): a reader in
+    // another process must still see each one whole.
+    let v = Volume::new("multiblock");
+    let bin = Program::build("multi_block_writes", &[]);
+    let stdout = v.sh_ok(&format!("cd /iris && timeout 120 {}", bin.0));
+    assert_eq!(stdout, "whole ranges read\n");
+    v.fsck_clean();
+}
+
+#[test]
 fn reused_descriptions_start_afresh_and_are_never_ones_a_child_holds() {
     let v = Volume::new("descreuse");
     let bin = Program::build("reuse_descriptions", &[]);
