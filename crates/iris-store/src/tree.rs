@@ -789,11 +789,7 @@ impl<'a> Txn<'a> {
         if !self.writable_in_place(&leaf) || words.iter().any(|(off, _)| off + 8 > bytes.len()) {
             return Ok(Some(false));
         }
-        self.touch(leaf.key(i));
-        let at = leaf.inline_value_off(i);
-        for (off, w) in words {
-            self.cx.region.write_u64(at + *off as u64, w.to_le());
-        }
+        self.patch_inline_at(leaf.key(i), leaf.inline_value_off(i), words);
         Ok(Some(true))
     }
 
