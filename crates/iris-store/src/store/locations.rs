@@ -1,23 +1,34 @@
-//! Where this process last found out-of-line values: a direct-mapped table of (key, change
-//! stamp, block) entries, so that [`Store::get`](super::Store::get) of a value seen before goes
-//! straight to its block, with no read section and no walk down the tree, and checks afterwards
-//! that the key's change stamp and its partition's write marks did not move (a stamp moves
-//! before the value's block can be reused: see `Header::change_stamp`);
+//! Where this process last found out-of-line values: a table of (key, change stamp, block)
+//! entries, four to a set, so that [`Store::get`](super::Store::get) of a value seen before
+//! goes straight to its block, with no read section and no walk down the tree, and checks
+//! afterwards that the key's change stamp and its partition's write marks did not move (a
+//! stamp moves before the value's block can be reused: see `Header::change_stamp`);
 //! [`Store::get_with`](super::Store::get_with) checks them before it hands the bytes over,
 //! inside a read section that keeps the block from reuse. A hint table: a stale, lost or
 //! overwritten entry only sends a lookup the long way. Its size follows the volume's (a slot
-//! per two blocks, 64K to 2M slots of 64 bytes, touched only where gets land: see
-//! `SlotTable`).
+//! per two blocks, 64K to 2M slots of 64 bytes, touched only where gets land: see `Table`).
+//! A key may sit in any slot of its set, so that keys of one set do not keep pushing each
+//! other out (with one slot per key, one get in eight of a volume's keys at random went the
+//! long way).
+//!
+//! Beside each slot, a 4-byte hint (`hints`) for values a whole block long: its block and a
+//! few bits of its key's hash, 16 hints to a cache line, small enough to stay in the cache
+//! where the slots cannot. A get copies from the block its key's hint names while the slot is
+//! still on its way from memory, and checks afterwards that the slot names that block for its
+//! key: two misses at once rather than one after the other. Only a guess: what a get returns
+//! is decided by the slot.
 //!
 //! Each slot is seqlocked by its own word (odd while a fill writes it); readers never wait and
 //! a fill that finds its slot busy is dropped. Only atomics: nothing here can be held across a
 //! fork.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use super::BlockRef;
 use crate::key::Key;
 
+/// Slots per set: a key's entry may be in any of them (its hint tells which).
+const WAYS: usize = 4;
 /// Fewest slots of a table: 4 MiB of address space, touched only where gets land.
 const MIN_SLOTS: usize = 1 << 16;
 /// Most slots of a table: 128 MiB of address space (a 8 GiB volume of 4 KiB blocks and more).
@@ -50,28 +61,59 @@ fn prefer_huge_pages(start: *const u8, len: usize) {
 
 /// The table of one open store.
 pub(super) struct Locations {
-    slots: SlotTable,
+    /// `WAYS` slots per set; a key's set is `index(key)`.
+    slots: Table<Slot>,
+    /// `hints[i]`: the block of `slots[i]`'s last fill above `block_bits` bits of its key's
+    /// hash, if its value is `whole` bytes long (else 0; a data block is never block 0).
+    hints: Table<AtomicU32>,
+    /// The length of the values that get a hint: the volume's block size.
+    whole: u32,
+    /// Bits of a hint that hold its block: enough for every block of the volume; 0 (no hints)
+    /// when fewer than `MIN_TAG_BITS` would be left for the key's.
+    block_bits: u32,
 }
 
-/// The slots, in anonymous memory of their own: zero (empty slots) until touched. (The global
+/// Fewest bits of a key's hash in a hint: with fewer, too many hints would send a get to
+/// another key's block (a copy thrown away).
+const MIN_TAG_BITS: u32 = 4;
+
+/// Where a hint sends a get: the slot to check afterwards, and the block to copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Hint {
+    slot: usize,
+    /// The whole block the slot was last filled with.
+    pub(super) at: BlockRef,
+}
+
+/// What a [`Table`] may hold: types for which all-zero bytes are a valid value.
+///
+/// # Safety
+/// An implementor must be valid when every byte of it is zero.
+unsafe trait Zeroable {}
+// SAFETY: atomic integers; zero is a valid (empty) slot.
+unsafe impl Zeroable for Slot {}
+// SAFETY: an atomic integer.
+unsafe impl Zeroable for AtomicU32 {}
+
+/// `len` values of `T` in anonymous memory of their own: zero until touched. (The global
 /// allocator's zeroed allocation writes every byte when the alignment is a cache line's:
 /// 128 MiB of memset, 160 ms of system time, at every open of a big volume, even by a process
 /// that only inherited an Iris fd.)
-struct SlotTable {
-    ptr: std::ptr::NonNull<Slot>,
+struct Table<T: Zeroable> {
+    ptr: std::ptr::NonNull<T>,
     len: usize,
 }
 
-// SAFETY: the table owns its mapping; slots are atomics, shared between threads by design.
-unsafe impl Send for SlotTable {}
+// SAFETY: the table owns its mapping; its values are atomics, shared between threads by design.
+unsafe impl<T: Zeroable + Sync> Send for Table<T> {}
 // SAFETY: as above.
-unsafe impl Sync for SlotTable {}
+unsafe impl<T: Zeroable + Sync> Sync for Table<T> {}
 
-impl SlotTable {
-    /// `len` empty slots.
-    fn new(len: usize) -> SlotTable {
+impl<T: Zeroable> Table<T> {
+    /// `len` zero values.
+    fn new(len: usize) -> Table<T> {
         let bytes = len
-            .checked_mul(std::mem::size_of::<Slot>())
+            .checked_mul(std::mem::size_of::<T>())
             .expect("a table of bounded size");
         // SAFETY: a new private anonymous mapping; no existing memory is affected.
         let p = unsafe {
@@ -84,66 +126,137 @@ impl SlotTable {
                 0,
             )
         };
-        let Some(ptr) = std::ptr::NonNull::new(p.cast::<Slot>()).filter(|_| p != libc::MAP_FAILED)
+        let Some(ptr) = std::ptr::NonNull::new(p.cast::<T>()).filter(|_| p != libc::MAP_FAILED)
         else {
             // As the allocator does when memory runs out.
             std::alloc::handle_alloc_error(
-                std::alloc::Layout::array::<Slot>(len).expect("a table of bounded size"),
+                std::alloc::Layout::array::<T>(len).expect("a table of bounded size"),
             );
         };
         prefer_huge_pages(p.cast(), bytes);
-        SlotTable { ptr, len }
+        Table { ptr, len }
     }
 }
 
-impl std::ops::Deref for SlotTable {
-    type Target = [Slot];
-    fn deref(&self) -> &[Slot] {
-        // SAFETY: the mapping holds `len` slots, page-aligned (past a Slot's alignment), zero
-        // at first (a valid, empty Slot: atomic integers), and lives as long as `self`.
+impl<T: Zeroable> std::ops::Deref for Table<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the mapping holds `len` values, page-aligned (past any T's alignment: T is
+        // at most a cache line), zero at first (valid: `T: Zeroable`), and lives as long as
+        // `self`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
-impl Drop for SlotTable {
+impl<T: Zeroable> Drop for Table<T> {
     fn drop(&mut self) {
         // SAFETY: unmapping the mapping made in `new`; no reference to it outlives `self`.
         unsafe {
             libc::munmap(
                 self.ptr.as_ptr().cast(),
-                self.len * std::mem::size_of::<Slot>(),
+                self.len * std::mem::size_of::<T>(),
             )
         };
     }
 }
 
 impl Locations {
-    /// A table for a volume of `blocks` blocks: a slot per two blocks (a power of two, within
-    /// `MIN_SLOTS..=MAX_SLOTS`), so that the values of a volume mostly full of out-of-line
-    /// values mostly have a slot of their own.
-    pub(super) fn for_volume(blocks: u64) -> Locations {
+    /// A table for a volume of `blocks` blocks of `block_size` bytes: a slot per two blocks (a
+    /// power of two, within `MIN_SLOTS..=MAX_SLOTS`), so that the values of a volume mostly
+    /// full of out-of-line values mostly have a slot of their own.
+    pub(super) fn for_volume(blocks: u64, block_size: u32) -> Locations {
         let want = usize::try_from(blocks / 2).unwrap_or(MAX_SLOTS);
-        Self::with_slots(want.clamp(MIN_SLOTS, MAX_SLOTS).next_power_of_two())
+        let block_bits = u64::BITS - blocks.saturating_sub(1).leading_zeros();
+        Self::with_slots(
+            want.clamp(MIN_SLOTS, MAX_SLOTS).next_power_of_two(),
+            block_size,
+            block_bits,
+        )
     }
 
-    /// A table of `slots` slots (a power of two).
-    fn with_slots(slots: usize) -> Locations {
-        debug_assert!(slots.is_power_of_two());
-        let slots = SlotTable::new(slots);
-        Locations { slots }
+    /// A table of `slots` slots (a power of two) for a volume of `block_size`-byte blocks
+    /// numbered below `2^block_bits`.
+    fn with_slots(slots: usize, block_size: u32, block_bits: u32) -> Locations {
+        debug_assert!(slots.is_power_of_two() && slots >= WAYS);
+        Locations {
+            slots: Table::new(slots),
+            hints: Table::new(slots),
+            whole: block_size,
+            block_bits: if block_bits + MIN_TAG_BITS <= u32::BITS {
+                block_bits.max(1)
+            } else {
+                0
+            },
+        }
     }
 
+    /// `key`'s set (its first slot) and the bits of its hash that its hints carry.
     #[inline]
-    fn slot(&self, key: Key) -> &Slot {
+    fn index(&self, key: Key) -> (usize, u32) {
         let h =
             key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.lo.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-        &self.slots[((h ^ (h >> 29)) as usize) & (self.slots.len() - 1)]
+        let sets = self.slots.len() / WAYS;
+        let set = ((h ^ (h >> 29)) as usize) & (sets - 1);
+        (set * WAYS, (h >> 32) as u32)
     }
 
-    /// Where `key`'s value was last found, and its change stamp then, if this slot holds it.
+    /// The bits of a hint that hold its block, `block_bits` (1 to 28) of them.
+    #[inline]
+    fn block_mask(block_bits: u32) -> u32 {
+        (1u32 << (block_bits % u32::BITS)).wrapping_sub(1)
+    }
+
+    /// The hint of a key whose hash bits are `tag` for its value at `at`, or 0 if it gets none
+    /// (the top bits of `tag` above the block's: they are not the bits that chose the set).
+    #[inline]
+    fn hint_word(&self, tag: u32, at: BlockRef) -> u32 {
+        let b = self.block_bits;
+        if b == 0 || at.len() != self.whole as usize || at.block() >> b != 0 {
+            return 0;
+        }
+        // `at.block()` fits in the low `b` bits (checked above), below the tag's.
+        (tag & !Self::block_mask(b)) | at.block() as u32
+    }
+
+    /// The whole block that a slot of `key`'s set was last filled with, if its hint carries
+    /// `key`'s bits (maybe another key's block, maybe freed since): where a get may copy from
+    /// before [`Locations::get_in`] answers, if it checks afterwards that the slot names it.
+    #[inline]
+    pub(super) fn hint(&self, key: Key) -> Option<Hint> {
+        let b = self.block_bits;
+        if b == 0 {
+            return None;
+        }
+        let (first, tag) = self.index(key);
+        let mask = Self::block_mask(b);
+        let want = tag & !mask;
+        (first..first + WAYS).find_map(|slot| {
+            let w = self.hints[slot].load(Ordering::Relaxed);
+            (w != 0 && w & !mask == want).then(|| Hint {
+                slot,
+                at: BlockRef::new(u64::from(w & mask), self.whole),
+            })
+        })
+    }
+
+    /// Where `key`'s value was last found, and its change stamp then, if a slot of its set
+    /// holds it.
     #[inline]
     pub(super) fn get(&self, key: Key) -> Option<(u64, BlockRef)> {
-        let s = self.slot(key);
+        let (first, _) = self.index(key);
+        (first..first + WAYS).find_map(|slot| self.get_in(slot, key))
+    }
+
+    /// [`Locations::get`] from the slot `hint` came from only.
+    #[inline]
+    pub(super) fn get_hinted(&self, hint: Hint, key: Key) -> Option<(u64, BlockRef)> {
+        self.get_in(hint.slot, key)
+    }
+
+    /// What slot `slot` holds, if it holds `key`.
+    #[inline]
+    fn get_in(&self, slot: usize, key: Key) -> Option<(u64, BlockRef)> {
+        let s = &self.slots[slot];
         let s1 = s.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 {
             return None;
@@ -161,14 +274,37 @@ impl Locations {
         BlockRef::unpack(at).map(|at| (stamp, at))
     }
 
+    /// The slot of `key`'s set to fill for it: one that holds it, else an empty one, else
+    /// each in turn (per thread), pushing another key out.
+    fn victim(&self, first: usize, key: Key) -> usize {
+        let ways = first..first + WAYS;
+        let holds = |slot: &usize| {
+            let s = &self.slots[*slot];
+            s.hi.load(Ordering::Relaxed) == key.hi && s.lo.load(Ordering::Relaxed) == key.lo
+        };
+        let empty = |slot: &usize| self.slots[*slot].at.load(Ordering::Relaxed) == 0;
+        ways.clone()
+            .find(holds)
+            .or_else(|| ways.clone().find(empty))
+            .unwrap_or_else(|| {
+                thread_local!(static TURN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) });
+                first + TURN.with(|t| {
+                    t.set(t.get().wrapping_add(1));
+                    t.get() % WAYS
+                })
+            })
+    }
+
     /// Remember that `key`'s value was found at `at` by a lookup that read change stamp `stamp`
-    /// before it began (unless the slot holds that already, or another thread is filling it).
+    /// before it began (unless a slot holds that already, or another thread is filling it).
     #[inline]
     pub(super) fn put(&self, key: Key, stamp: u64, at: BlockRef) {
         if self.get(key) == Some((stamp, at)) {
             return; // readers of a settled value keep the line shared
         }
-        let s = self.slot(key);
+        let (first, tag) = self.index(key);
+        let slot = self.victim(first, key);
+        let s = &self.slots[slot];
         let seq = s.seq.load(Ordering::Relaxed);
         if seq & 1 != 0
             || s.seq
@@ -183,6 +319,11 @@ impl Locations {
         s.stamp.store(stamp, Ordering::Relaxed);
         s.at.store(at.pack(), Ordering::Relaxed);
         s.seq.store(seq + 2, Ordering::Release);
+        let hint = &self.hints[slot];
+        let word = self.hint_word(tag, at);
+        if hint.load(Ordering::Relaxed) != word {
+            hint.store(word, Ordering::Relaxed);
+        }
     }
 }
 
@@ -190,9 +331,38 @@ impl Locations {
 mod tests {
     use super::*;
 
+    /// A table like a 4 KiB-block volume's of 2^20 blocks.
+    fn table() -> Locations {
+        Locations::with_slots(MIN_SLOTS, 4096, 20)
+    }
+
+    /// `n` keys that share `key`'s set, `key` first.
+    fn set_of(l: &Locations, key: Key, n: usize) -> Vec<Key> {
+        let set = l.index(key).0;
+        std::iter::once(key)
+            .chain(
+                (key.lo + 1..u64::MAX)
+                    .map(|lo| Key::new(key.hi, lo))
+                    .filter(|k| l.index(*k).0 == set),
+            )
+            .take(n)
+            .collect()
+    }
+
+    /// The slot that holds `key`.
+    fn slot_of(l: &Locations, key: Key) -> &Slot {
+        let first = l.index(key).0;
+        (first..first + WAYS)
+            .map(|i| &l.slots[i])
+            .find(|s| {
+                s.hi.load(Ordering::SeqCst) == key.hi && s.lo.load(Ordering::SeqCst) == key.lo
+            })
+            .expect("a slot holds the key")
+    }
+
     #[test]
     fn an_entry_answers_for_its_own_key_only_and_the_last_fill_wins() {
-        let l = Locations::with_slots(MIN_SLOTS);
+        let l = table();
         let (k, at) = (Key::new(3, 9), BlockRef::new(1234, 4096));
         assert_eq!(l.get(k), None);
         l.put(k, 7, at);
@@ -201,7 +371,7 @@ mod tests {
         l.put(k, 8, BlockRef::new(99, 512));
         assert_eq!(l.get(k), Some((8, BlockRef::new(99, 512))));
         // A slot being filled reads as a miss.
-        let s = l.slot(k);
+        let s = slot_of(&l, k);
         s.seq.fetch_add(1, Ordering::SeqCst);
         assert_eq!(l.get(k), None);
         l.put(k, 9, at); // dropped: the slot is busy
@@ -210,38 +380,119 @@ mod tests {
     }
 
     #[test]
+    fn as_many_keys_of_one_set_as_it_has_slots_are_all_remembered_and_one_more_pushes_one_out() {
+        let l = table();
+        let keys = set_of(&l, Key::new(5, 1), WAYS + 1);
+        let at = |i: usize| BlockRef::new(100 + i as u64, 4096);
+        for round in 0..3 {
+            for (i, k) in keys[..WAYS].iter().enumerate() {
+                l.put(*k, round, at(i));
+            }
+            for (i, k) in keys[..WAYS].iter().enumerate() {
+                assert_eq!(l.get(*k), Some((round, at(i))), "round {round} key {i}");
+            }
+        }
+        l.put(keys[WAYS], 1, at(WAYS));
+        assert_eq!(l.get(keys[WAYS]), Some((1, at(WAYS))));
+        let kept: Vec<usize> = (0..WAYS).filter(|i| l.get(keys[*i]).is_some()).collect();
+        assert_eq!(kept.len(), WAYS - 1, "a set holds {WAYS} keys");
+        // Refilling a key that a slot holds changes that slot, not another key's.
+        l.put(keys[kept[0]], 9, at(kept[0]));
+        assert_eq!(l.get(keys[kept[0]]), Some((9, at(kept[0]))));
+        assert_eq!(l.get(keys[WAYS]), Some((1, at(WAYS))));
+        for i in &kept[1..] {
+            assert_eq!(l.get(keys[*i]), Some((2, at(*i))));
+        }
+    }
+
+    #[test]
+    fn a_hint_names_the_whole_block_of_its_keys_slot() {
+        let l = table();
+        let keys = set_of(&l, Key::new(3, 9), 3);
+        let k = keys[0];
+        assert_eq!(l.hint(k), None);
+        l.put(k, 7, BlockRef::new(1234, 4096));
+        let h = l.hint(k).expect("a hint");
+        assert_eq!(h.at, BlockRef::new(1234, 4096));
+        assert_eq!(l.get_hinted(h, k), Some((7, BlockRef::new(1234, 4096))));
+        // Another key of the set has a hint of its own beside it, and names its own block.
+        l.put(keys[1], 1, BlockRef::new(77, 4096));
+        assert_eq!(l.hint(keys[1]).map(|h| h.at), Some(BlockRef::new(77, 4096)));
+        assert_eq!(l.hint(k).map(|h| h.at), Some(BlockRef::new(1234, 4096)));
+        // A key of the set whose hash bits are neither's gets no hint.
+        let bits = |key: Key| l.index(key).1 & !Locations::block_mask(l.block_bits);
+        let stranger = set_of(&l, k, 64)
+            .into_iter()
+            .find(|o| bits(*o) != bits(k) && bits(*o) != bits(keys[1]))
+            .expect("a key with other bits");
+        assert_eq!(l.hint(stranger), None);
+        // A value shorter than a block, or a block past the volume's, leaves no hint that leads
+        // to the key's slot: none rather than a wrong length or a truncated block.
+        let to_own_slot = |l: &Locations| l.hint(k).and_then(|h| l.get_hinted(h, k));
+        l.put(k, 8, BlockRef::new(55, 3000));
+        assert_eq!(l.get(k), Some((8, BlockRef::new(55, 3000))));
+        assert_eq!(to_own_slot(&l), None);
+        l.put(k, 9, BlockRef::new(1 << 20 | 5, 4096));
+        assert_eq!(l.get(k), Some((9, BlockRef::new(1 << 20 | 5, 4096))));
+        assert_eq!(to_own_slot(&l), None);
+        l.put(k, 10, BlockRef::new(56, 4096));
+        assert_eq!(to_own_slot(&l), Some((10, BlockRef::new(56, 4096))));
+    }
+
+    #[test]
+    fn a_volume_with_too_many_blocks_for_a_hint_has_none() {
+        assert_eq!(Locations::for_volume(1 << 20, 4096).block_bits, 20);
+        assert_eq!(Locations::for_volume((1 << 20) + 1, 4096).block_bits, 21);
+        assert_eq!(Locations::for_volume(1 << 28, 4096).block_bits, 28);
+        let big = Locations::for_volume((1 << 28) + 1, 4096);
+        assert_eq!(big.block_bits, 0);
+        big.put(Key::new(1, 1), 1, BlockRef::new(100, 4096));
+        assert_eq!(big.hint(Key::new(1, 1)), None);
+        assert_eq!(big.get(Key::new(1, 1)), Some((1, BlockRef::new(100, 4096))));
+    }
+
+    #[test]
     fn a_table_grows_with_its_volume_within_bounds() {
-        assert_eq!(Locations::for_volume(0).slots.len(), MIN_SLOTS);
-        assert_eq!(Locations::for_volume(1 << 20).slots.len(), 1 << 19);
-        assert_eq!(Locations::for_volume((1 << 20) + 3).slots.len(), 1 << 20);
-        assert_eq!(Locations::for_volume(u64::MAX).slots.len(), MAX_SLOTS);
+        assert_eq!(Locations::for_volume(0, 4096).slots.len(), MIN_SLOTS);
+        assert_eq!(Locations::for_volume(1 << 20, 4096).slots.len(), 1 << 19);
+        assert_eq!(
+            Locations::for_volume((1 << 20) + 3, 4096).slots.len(),
+            1 << 20
+        );
+        assert_eq!(Locations::for_volume(u64::MAX, 4096).slots.len(), MAX_SLOTS);
     }
 
     #[test]
     fn concurrent_fills_never_mix_entries() {
-        let l = std::sync::Arc::new(Locations::with_slots(MIN_SLOTS));
-        // Two keys that share a slot, each always filled with its own (stamp, block).
-        let a = Key::new(1, 1);
-        let b = (2..u64::MAX)
-            .map(|lo| Key::new(1, lo))
-            .find(|k| std::ptr::eq(l.slot(*k), l.slot(a)))
-            .expect("a colliding key");
-        let fillers: Vec<_> = [(a, 11u64), (b, 22u64)]
+        let l = std::sync::Arc::new(table());
+        // Keys of one set, one more than it holds, each always filled with its own (stamp,
+        // block).
+        let keys = set_of(&l, Key::new(1, 1), WAYS + 1);
+        let fillers: Vec<_> = keys
             .into_iter()
+            .zip((1..).map(|i| 11 * i as u64))
             .map(|(k, tag)| {
                 let l = l.clone();
                 std::thread::spawn(move || {
+                    let mut seen = 0u32;
                     for _ in 0..200_000 {
                         l.put(k, tag, BlockRef::new(tag * 100, 4096));
                         if let Some((stamp, at)) = l.get(k) {
                             assert_eq!((stamp, at), (tag, BlockRef::new(tag * 100, 4096)));
+                            seen += 1;
+                        }
+                        if let Some(h) = l.hint(k) {
+                            if let Some((_, at)) = l.get_hinted(h, k) {
+                                assert_eq!(at, BlockRef::new(tag * 100, 4096));
+                            }
                         }
                     }
+                    seen
                 })
             })
             .collect();
         for f in fillers {
-            f.join().expect("filler");
+            assert!(f.join().expect("filler") > 0, "a key never found");
         }
     }
 
@@ -308,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_new_table_leaves_its_pages_untouched_until_slots_are_used() {
-        let t = SlotTable::new(MAX_SLOTS);
+        let t = Table::<Slot>::new(MAX_SLOTS);
         let bytes = t.len() * std::mem::size_of::<Slot>();
         let mut resident = vec![0u8; bytes.div_ceil(4096)];
         // SAFETY: mincore reads the residency of our own mapping into a vector of one byte

@@ -562,7 +562,10 @@ impl Store {
                 buffer,
             },
             recovered,
-            locations: super::locations::Locations::for_volume(layout.max_blocks),
+            locations: super::locations::Locations::for_volume(
+                layout.max_blocks,
+                layout.block_size,
+            ),
             me: me.clone(),
             growing: AtomicU64::new(0),
             grow_thread: std::sync::Mutex::new(None),
