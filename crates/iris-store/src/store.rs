@@ -978,14 +978,15 @@ impl Store {
     #[inline]
     fn get_remembered(&self, key: Key, buf: &mut [u8]) -> Option<usize> {
         let inner = &*self.inner;
-        if let Some(hint) = inner.locations.hint(key) {
-            if let Some(whole) = buf.get_mut(..hint.at.len()) {
-                if let Some(len) = self.get_hinted(key, hint, whole) {
+        let hint = inner.locations.hint(key)?;
+        if let Some(at) = hint.at {
+            if let Some(whole) = buf.get_mut(..at.len()) {
+                if let Some(len) = self.get_hinted(key, hint, at, whole) {
                     return Some(len);
                 }
             }
         }
-        let (stamp, at) = inner.locations.get(key)?;
+        let (stamp, at) = inner.locations.get_hinted(hint, key)?;
         // The value's first lines start on their way while the stamp and marks are checked.
         self.prefetch_bytes(at, 0, buf.len());
         self.read_known(|v| {
@@ -1000,22 +1001,28 @@ impl Store {
         })
     }
 
-    /// [`Store::get_remembered`] of a whole block from where `hint` says (`buf` is as long),
+    /// [`Store::get_remembered`] of the whole block `at` that `hint` names (`buf` is as long),
     /// copied before the hint's slot is known: the slot's load from memory overlaps the copy's
     /// (no byte of the copy waits for it), and the copy counts only if, afterwards, the slot
-    /// names that block for `key` under the stamp read before the copy and still read after
-    /// it. May write `buf` and then answer `None`.
+    /// names `at` for `key` under the stamp read before the copy and still read after it. May
+    /// write `buf` and then answer `None`.
     #[inline]
-    fn get_hinted(&self, key: Key, hint: locations::Hint, buf: &mut [u8]) -> Option<usize> {
+    fn get_hinted(
+        &self,
+        key: Key,
+        hint: locations::Hint,
+        at: BlockRef,
+        buf: &mut [u8],
+    ) -> Option<usize> {
         let remembered = self.inner.locations.get_hinted(hint, key);
         self.read_known(|v| {
             let stamp = v.change_stamp(key);
             let marks = v.in_place_marks(std::iter::once(key))?;
-            let bytes = v.block_bytes(hint.at).ok()?;
+            let bytes = v.block_bytes(at).ok()?;
             crate::copy::copy_bytes(buf, bytes);
             (v.unchanged_since(&marks)
                 && v.change_stamp(key) == stamp
-                && remembered == Some((stamp, hint.at)))
+                && remembered == Some((stamp, at)))
             .then_some(bytes.len())
         })
     }

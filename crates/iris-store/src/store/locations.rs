@@ -63,26 +63,27 @@ fn prefer_huge_pages(start: *const u8, len: usize) {
 pub(super) struct Locations {
     /// `WAYS` slots per set; a key's set is `index(key)`.
     slots: Table<Slot>,
-    /// `hints[i]`: the block of `slots[i]`'s last fill above `block_bits` bits of its key's
-    /// hash, if its value is `whole` bytes long (else 0; a data block is never block 0).
+    /// `hints[i]`: the tag of the key of `slots[i]`'s last fill above, in its low
+    /// `block_bits` bits, its block if its value is `whole` bytes long (else 0: a data block
+    /// is never block 0). 0: an empty slot.
     hints: Table<AtomicU32>,
-    /// The length of the values that get a hint: the volume's block size.
+    /// The length of the values whose block a hint carries: the volume's block size.
     whole: u32,
-    /// Bits of a hint that hold its block: enough for every block of the volume; 0 (no hints)
-    /// when fewer than `MIN_TAG_BITS` would be left for the key's.
+    /// Bits of a hint that hold its block: enough for every block of the volume, but for
+    /// `MIN_TAG_BITS` left to the tag (blocks past them get no hint of their block).
     block_bits: u32,
 }
 
-/// Fewest bits of a key's hash in a hint: with fewer, too many hints would send a get to
-/// another key's block (a copy thrown away).
+/// Fewest bits of a key's tag in a hint: with fewer, too many hints would send a get to
+/// another key's slot.
 const MIN_TAG_BITS: u32 = 4;
 
-/// Where a hint sends a get: the slot to check afterwards, and the block to copy.
+/// Where a hint sends a get: the slot to read, and the block to copy before reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Hint {
     slot: usize,
-    /// The whole block the slot was last filled with.
-    pub(super) at: BlockRef,
+    /// The whole block the slot was last filled with, if its value filled one.
+    pub(super) at: Option<BlockRef>,
 }
 
 /// What a [`Table`] may hold: types for which all-zero bytes are a valid value.
@@ -174,80 +175,72 @@ impl Locations {
         )
     }
 
-    /// A table of `slots` slots (a power of two) for a volume of `block_size`-byte blocks
-    /// numbered below `2^block_bits`.
+    /// A table of `slots` slots (a power of two) for a volume of `block_size`-byte blocks,
+    /// hinting at blocks numbered below `2^block_bits` (at most `32 - MIN_TAG_BITS` bits).
     fn with_slots(slots: usize, block_size: u32, block_bits: u32) -> Locations {
         debug_assert!(slots.is_power_of_two() && slots >= WAYS);
         Locations {
             slots: Table::new(slots),
             hints: Table::new(slots),
             whole: block_size,
-            block_bits: if block_bits + MIN_TAG_BITS <= u32::BITS {
-                block_bits.max(1)
-            } else {
-                0
-            },
+            block_bits: block_bits.clamp(1, u32::BITS - MIN_TAG_BITS),
         }
     }
 
-    /// `key`'s set (its first slot) and the bits of its hash that its hints carry.
+    /// The bits of a hint that hold its block.
+    #[inline]
+    fn block_mask(&self) -> u32 {
+        (1u32 << self.block_bits) - 1
+    }
+
+    /// `key`'s set (its first slot) and its tag: the bits above a hint's block, from bits of
+    /// the key's hash that did not choose the set, the lowest forced to 1 (no hint of a key
+    /// is 0, the empty hint).
     #[inline]
     fn index(&self, key: Key) -> (usize, u32) {
         let h =
             key.hi.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.lo.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
         let sets = self.slots.len() / WAYS;
         let set = ((h ^ (h >> 29)) as usize) & (sets - 1);
-        (set * WAYS, (h >> 32) as u32)
+        let tag = ((h >> 32) as u32 & !self.block_mask()) | (1 << self.block_bits);
+        (set * WAYS, tag)
     }
 
-    /// The bits of a hint that hold its block, `block_bits` (1 to 28) of them.
-    #[inline]
-    fn block_mask(block_bits: u32) -> u32 {
-        (1u32 << (block_bits % u32::BITS)).wrapping_sub(1)
-    }
-
-    /// The hint of a key whose hash bits are `tag` for its value at `at`, or 0 if it gets none
-    /// (the top bits of `tag` above the block's: they are not the bits that chose the set).
+    /// The hint of a key tagged `tag` whose value is at `at`: the tag, and the block if the
+    /// value is a whole block whose number fits below the tag.
     #[inline]
     fn hint_word(&self, tag: u32, at: BlockRef) -> u32 {
-        let b = self.block_bits;
-        if b == 0 || at.len() != self.whole as usize || at.block() >> b != 0 {
-            return 0;
-        }
-        // `at.block()` fits in the low `b` bits (checked above), below the tag's.
-        (tag & !Self::block_mask(b)) | at.block() as u32
+        let fits = at.len() == self.whole as usize && at.block() <= u64::from(self.block_mask());
+        // `at.block()` fits in the bits below the tag when `fits`.
+        tag | if fits { at.block() as u32 } else { 0 }
     }
 
-    /// The whole block that a slot of `key`'s set was last filled with, if its hint carries
-    /// `key`'s bits (maybe another key's block, maybe freed since): where a get may copy from
-    /// before [`Locations::get_in`] answers, if it checks afterwards that the slot names it.
+    /// The slot of `key`'s set whose hint carries `key`'s tag (the one that likely holds it;
+    /// with no such slot, none does, but for a fill in progress), and the whole block it was
+    /// last filled with, if any: where a get may copy from before [`Locations::get_hinted`]
+    /// answers, if it checks afterwards that the slot names that block for `key` (it may be
+    /// another key's, or freed since).
     #[inline]
     pub(super) fn hint(&self, key: Key) -> Option<Hint> {
-        let b = self.block_bits;
-        if b == 0 {
-            return None;
-        }
         let (first, tag) = self.index(key);
-        let mask = Self::block_mask(b);
-        let want = tag & !mask;
+        let mask = self.block_mask();
         (first..first + WAYS).find_map(|slot| {
             let w = self.hints[slot].load(Ordering::Relaxed);
-            (w != 0 && w & !mask == want).then(|| Hint {
+            (w & !mask == tag).then(|| Hint {
                 slot,
-                at: BlockRef::new(u64::from(w & mask), self.whole),
+                at: (w & mask != 0).then(|| BlockRef::new(u64::from(w & mask), self.whole)),
             })
         })
     }
 
-    /// Where `key`'s value was last found, and its change stamp then, if a slot of its set
-    /// holds it.
+    /// Where `key`'s value was last found, and its change stamp then, if the slot its hint
+    /// names holds it.
     #[inline]
     pub(super) fn get(&self, key: Key) -> Option<(u64, BlockRef)> {
-        let (first, _) = self.index(key);
-        (first..first + WAYS).find_map(|slot| self.get_in(slot, key))
+        self.get_hinted(self.hint(key)?, key)
     }
 
-    /// [`Locations::get`] from the slot `hint` came from only.
+    /// [`Locations::get`] from the slot `hint` names.
     #[inline]
     pub(super) fn get_hinted(&self, hint: Hint, key: Key) -> Option<(u64, BlockRef)> {
         self.get_in(hint.slot, key)
@@ -274,24 +267,27 @@ impl Locations {
         BlockRef::unpack(at).map(|at| (stamp, at))
     }
 
-    /// The slot of `key`'s set to fill for it: one that holds it, else an empty one, else
+    /// The slot of `key`'s set to fill for it: one that holds it, else one whose hint has its
+    /// tag (two keys with one tag in a set would hide one another), else an empty one, else
     /// each in turn (per thread), pushing another key out.
-    fn victim(&self, first: usize, key: Key) -> usize {
+    fn victim(&self, first: usize, key: Key, tag: u32) -> usize {
         let ways = first..first + WAYS;
         let holds = |slot: &usize| {
             let s = &self.slots[*slot];
             s.hi.load(Ordering::Relaxed) == key.hi && s.lo.load(Ordering::Relaxed) == key.lo
         };
-        let empty = |slot: &usize| self.slots[*slot].at.load(Ordering::Relaxed) == 0;
+        let hint = |slot: &usize| self.hints[*slot].load(Ordering::Relaxed);
         ways.clone()
             .find(holds)
-            .or_else(|| ways.clone().find(empty))
+            .or_else(|| ways.clone().find(|s| hint(s) & !self.block_mask() == tag))
+            .or_else(|| ways.clone().find(|s| hint(s) == 0))
             .unwrap_or_else(|| {
                 thread_local!(static TURN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) });
-                first + TURN.with(|t| {
-                    t.set(t.get().wrapping_add(1));
-                    t.get() % WAYS
-                })
+                first
+                    + TURN.with(|t| {
+                        t.set(t.get().wrapping_add(1));
+                        t.get() % WAYS
+                    })
             })
     }
 
@@ -303,7 +299,7 @@ impl Locations {
             return; // readers of a settled value keep the line shared
         }
         let (first, tag) = self.index(key);
-        let slot = self.victim(first, key);
+        let slot = self.victim(first, key, tag);
         let s = &self.slots[slot];
         let seq = s.seq.load(Ordering::Relaxed);
         if seq & 1 != 0
@@ -336,15 +332,13 @@ mod tests {
         Locations::with_slots(MIN_SLOTS, 4096, 20)
     }
 
-    /// `n` keys that share `key`'s set, `key` first.
+    /// `n` keys that share `key`'s set, each with a tag of its own, `key` first.
     fn set_of(l: &Locations, key: Key, n: usize) -> Vec<Key> {
         let set = l.index(key).0;
+        let mut tags = std::collections::HashSet::new();
         std::iter::once(key)
-            .chain(
-                (key.lo + 1..u64::MAX)
-                    .map(|lo| Key::new(key.hi, lo))
-                    .filter(|k| l.index(*k).0 == set),
-            )
+            .chain((key.lo + 1..u64::MAX).map(|lo| Key::new(key.hi, lo)))
+            .filter(|k| l.index(*k).0 == set && tags.insert(l.index(*k).1))
             .take(n)
             .collect()
     }
@@ -406,49 +400,81 @@ mod tests {
     }
 
     #[test]
-    fn a_hint_names_the_whole_block_of_its_keys_slot() {
+    fn a_hint_names_its_keys_slot_and_whole_block() {
         let l = table();
         let keys = set_of(&l, Key::new(3, 9), 3);
         let k = keys[0];
         assert_eq!(l.hint(k), None);
         l.put(k, 7, BlockRef::new(1234, 4096));
         let h = l.hint(k).expect("a hint");
-        assert_eq!(h.at, BlockRef::new(1234, 4096));
+        assert_eq!(h.at, Some(BlockRef::new(1234, 4096)));
         assert_eq!(l.get_hinted(h, k), Some((7, BlockRef::new(1234, 4096))));
         // Another key of the set has a hint of its own beside it, and names its own block.
         l.put(keys[1], 1, BlockRef::new(77, 4096));
-        assert_eq!(l.hint(keys[1]).map(|h| h.at), Some(BlockRef::new(77, 4096)));
-        assert_eq!(l.hint(k).map(|h| h.at), Some(BlockRef::new(1234, 4096)));
-        // A key of the set whose hash bits are neither's gets no hint.
-        let bits = |key: Key| l.index(key).1 & !Locations::block_mask(l.block_bits);
+        assert_eq!(
+            l.hint(keys[1]).and_then(|h| h.at),
+            Some(BlockRef::new(77, 4096))
+        );
+        assert_eq!(
+            l.hint(k).and_then(|h| h.at),
+            Some(BlockRef::new(1234, 4096))
+        );
+        // A key of the set with another tag gets no hint: remembered nowhere, without a look
+        // at any slot.
+        let tag = |key: Key| l.index(key).1;
         let stranger = set_of(&l, k, 64)
             .into_iter()
-            .find(|o| bits(*o) != bits(k) && bits(*o) != bits(keys[1]))
-            .expect("a key with other bits");
+            .find(|o| tag(*o) != tag(k) && tag(*o) != tag(keys[1]))
+            .expect("a key with another tag");
         assert_eq!(l.hint(stranger), None);
-        // A value shorter than a block, or a block past the volume's, leaves no hint that leads
-        // to the key's slot: none rather than a wrong length or a truncated block.
-        let to_own_slot = |l: &Locations| l.hint(k).and_then(|h| l.get_hinted(h, k));
+        assert_eq!(l.get(stranger), None);
+        // A value shorter than a block, or at a block past the bits below the tag, has a hint
+        // that names its slot but no block: none rather than a wrong length or a truncated
+        // block.
         l.put(k, 8, BlockRef::new(55, 3000));
+        assert_eq!(l.hint(k).map(|h| h.at), Some(None));
         assert_eq!(l.get(k), Some((8, BlockRef::new(55, 3000))));
-        assert_eq!(to_own_slot(&l), None);
         l.put(k, 9, BlockRef::new(1 << 20 | 5, 4096));
+        assert_eq!(l.hint(k).map(|h| h.at), Some(None));
         assert_eq!(l.get(k), Some((9, BlockRef::new(1 << 20 | 5, 4096))));
-        assert_eq!(to_own_slot(&l), None);
         l.put(k, 10, BlockRef::new(56, 4096));
-        assert_eq!(to_own_slot(&l), Some((10, BlockRef::new(56, 4096))));
+        assert_eq!(l.hint(k).and_then(|h| h.at), Some(BlockRef::new(56, 4096)));
     }
 
     #[test]
-    fn a_volume_with_too_many_blocks_for_a_hint_has_none() {
+    fn a_key_takes_the_slot_of_another_with_its_tag() {
+        let l = table();
+        let k = Key::new(8, 1);
+        let (set, tag) = l.index(k);
+        let twin = (2..u64::MAX)
+            .map(|lo| Key::new(8, lo))
+            .find(|o| l.index(*o) == (set, tag))
+            .expect("a key with the same set and tag");
+        l.put(k, 1, BlockRef::new(10, 4096));
+        l.put(twin, 2, BlockRef::new(20, 4096));
+        assert_eq!(l.get(twin), Some((2, BlockRef::new(20, 4096))));
+        assert_eq!(
+            l.get(k),
+            None,
+            "pushed out by its twin, which would have hidden it"
+        );
+        let with_tag = (set..set + WAYS)
+            .filter(|i| l.hints[*i].load(Ordering::SeqCst) & !l.block_mask() == tag)
+            .count();
+        assert_eq!(with_tag, 1);
+    }
+
+    #[test]
+    fn a_big_volume_keeps_bits_for_the_tag() {
         assert_eq!(Locations::for_volume(1 << 20, 4096).block_bits, 20);
         assert_eq!(Locations::for_volume((1 << 20) + 1, 4096).block_bits, 21);
         assert_eq!(Locations::for_volume(1 << 28, 4096).block_bits, 28);
-        let big = Locations::for_volume((1 << 28) + 1, 4096);
-        assert_eq!(big.block_bits, 0);
-        big.put(Key::new(1, 1), 1, BlockRef::new(100, 4096));
-        assert_eq!(big.hint(Key::new(1, 1)), None);
-        assert_eq!(big.get(Key::new(1, 1)), Some((1, BlockRef::new(100, 4096))));
+        let big = Locations::for_volume(1 << 40, 4096);
+        assert_eq!(big.block_bits, 32 - MIN_TAG_BITS);
+        let (k, far) = (Key::new(1, 1), BlockRef::new(1 << 39, 4096));
+        big.put(k, 1, far);
+        assert_eq!(big.hint(k).map(|h| h.at), Some(None), "no truncated block");
+        assert_eq!(big.get(k), Some((1, far)));
     }
 
     #[test]
