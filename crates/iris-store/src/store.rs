@@ -1014,7 +1014,10 @@ impl Store {
         at: BlockRef,
         buf: &mut [u8],
     ) -> Option<usize> {
-        let remembered = self.inner.locations.get_hinted(hint, key);
+        let locations = &self.inner.locations;
+        // Every line of the block on its way at once (the copy takes them all), then the slot.
+        self.prefetch_up_to(at, 0, at.len());
+        locations.prefetch(hint);
         self.read_known(|v| {
             let stamp = v.change_stamp(key);
             let marks = v.in_place_marks(std::iter::once(key))?;
@@ -1022,7 +1025,7 @@ impl Store {
             crate::copy::copy_bytes(buf, bytes);
             (v.unchanged_since(&marks)
                 && v.change_stamp(key) == stamp
-                && remembered == Some((stamp, at)))
+                && locations.get_hinted(hint, key) == Some((stamp, at)))
             .then_some(bytes.len())
         })
     }
@@ -1495,12 +1498,18 @@ impl Store {
     /// A hint: no effect on what is read, harmless on a stale or foreign location.
     #[inline]
     pub fn prefetch_bytes(&self, at: BlockRef, offset: usize, len: usize) {
+        self.prefetch_up_to(at, offset, len.min(PREFETCH_BYTES));
+    }
+
+    /// [`Store::prefetch_bytes`] of up to `len` bytes, however many.
+    #[inline]
+    fn prefetch_up_to(&self, at: BlockRef, offset: usize, len: usize) {
         let inner = &*self.inner;
         if at.block < inner.layout.data_start || at.block >= inner.layout.max_blocks {
             return;
         }
         let start = inner.layout.offset(at.block) + offset as u64;
-        let end = start + len.min(PREFETCH_BYTES).min(at.len() - offset.min(at.len())) as u64;
+        let end = start + len.min(at.len() - offset.min(at.len())) as u64;
         let mut line = start & !63;
         while line < end {
             inner.region.prefetch(line);
