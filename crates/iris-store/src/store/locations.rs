@@ -11,9 +11,9 @@
 //! other out (with one slot per key, one get in eight of a volume's keys at random went the
 //! long way).
 //!
-//! Beside each slot, a 4-byte hint (`hints`) for values a whole block long: its block and a
-//! few bits of its key's hash, 16 hints to a cache line, small enough to stay in the cache
-//! where the slots cannot. A get copies from the block its key's hint names while the slot is
+//! Beside each slot, a 4-byte hint (`hints`): the tag of its key (bits of the key's hash) and,
+//! for a value a whole block long, its block; 16 hints to a cache line (256 KiB to 8 MiB of
+//! them), small enough to stay in the cache where the slots cannot. A get copies from the block its key's hint names while the slot is
 //! still on its way from memory, and checks afterwards that the slot names that block for its
 //! key: two misses at once rather than one after the other. Only a guess: what a get returns
 //! is decided by the slot.
