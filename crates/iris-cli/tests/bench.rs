@@ -33,6 +33,25 @@ impl Drop for OutDir {
     }
 }
 
+/// Held by every test here: a run's files beside its volume in /dev/shm are told apart from
+/// other runs' only by their absence before it (see [`iris_files`]).
+static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// One run at a time (a test that failed holding the lock does not stop the others).
+fn one_run() -> std::sync::MutexGuard<'static, ()> {
+    ONE_RUN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The names of the files Iris keeps in /dev/shm (`iris-<kind>-<volume id>` and the like).
+fn iris_files() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("iris-"))
+        .collect()
+}
+
 /// Mounts and loop devices that mention `scratch` (the run's scratch directory).
 fn leftovers(scratch: &Path) -> Vec<String> {
     let needle = scratch.display().to_string();
@@ -61,6 +80,8 @@ fn targets() -> &'static str {
 
 #[test]
 fn quick_bench_writes_positive_numbers_and_a_chart() {
+    let _one = one_run();
+    let before = iris_files();
     let out = OutDir::new("quick");
     let child = Command::new(IRIS)
         .args(["bench", "--quick", "--targets", targets(), "--out-dir"])
@@ -124,6 +145,8 @@ fn quick_bench_writes_positive_numbers_and_a_chart() {
 
     assert!(!scratch.exists(), "{} left behind", scratch.display());
     assert_eq!(leftovers(&scratch), Vec::<String>::new());
+    let left: Vec<String> = iris_files().difference(&before).cloned().collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
 
 #[test]
@@ -132,6 +155,7 @@ fn an_interrupted_bench_removes_its_mounts_and_loop_devices() {
         eprintln!("skipped: needs root for loop devices and mounts");
         return;
     }
+    let _one = one_run();
     let out = OutDir::new("interrupt");
     let mut child = Command::new(IRIS)
         .args([
@@ -179,6 +203,7 @@ fn an_interrupted_bench_removes_its_mounts_and_loop_devices() {
 
 #[test]
 fn rounds_report_each_targets_median_run() {
+    let _one = one_run();
     let out = OutDir::new("rounds");
     let run = Command::new(IRIS)
         .args([

@@ -53,11 +53,12 @@ pub fn iris(scratch: &Path, cleanup: &mut Cleanup, data_bytes: u64) -> Result<Se
     // Huge pages before fio starts, as the page cache is warm for the kernel's targets (else
     // the first cell's process would collapse them in the background while it measures).
     fs.store().settle_pages();
-    // The interposer keeps its lock files in /dev/shm, named by volume id.
+    // The interposer keeps its tables (locks, open files...) in /dev/shm, named by volume id.
     let id = fs.store().volume_id();
-    for kind in ["locks", "flocks"] {
+    for kind in iris_fs::host_files::TABLE_KINDS {
         cleanup.push(Undo::RemoveFile(PathBuf::from(format!(
-            "/dev/shm/iris-{kind}-{id:016x}"
+            "{}/iris-{kind}-{id:016x}",
+            iris_fs::host_files::DIR
         ))));
     }
     drop(fs);
