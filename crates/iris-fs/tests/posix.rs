@@ -1496,6 +1496,16 @@ fn a_forked_child_forgets_the_ranges_its_parents_threads_held() {
         0,
         "the old guard released nothing"
     );
+    // This process played both sides of the fork: the open-file table's description is now
+    // the "child's", which leaves the table's file to its parent (see `Opens`'s drop), and the
+    // parent is this process. Remove it here, as the parent would.
+    let table = format!(
+        "{}/iris-opens-{:016x}",
+        iris_fs::host_files::DIR,
+        fs.store().volume_id()
+    );
+    drop((map, fs));
+    let _ = std::fs::remove_file(table);
 }
 
 #[test]
