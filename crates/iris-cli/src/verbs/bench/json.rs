@@ -67,7 +67,10 @@ pub fn document(report: &Report) -> Value {
             "iris_error": a.iris.as_ref().err(),
             "ext4_ops_per_sec": a.ext4.as_ref().ok(),
             "ext4_error": a.ext4.as_ref().err(),
+            "unsynced_tmpfs_ops_per_sec": a.unsynced.as_ref().ok(),
+            "unsynced_tmpfs_error": a.unsynced.as_ref().err(),
             "iris_over_ext4": a.ratio(),
+            "iris_over_unsynced_tmpfs": a.of_unsynced(),
         })).collect::<Vec<_>>(),
     })
 }

@@ -1,6 +1,7 @@
 //! `iris bench`: unmodified fio against Iris, the bare-interposer ceiling (libiris_floor.so),
 //! tmpfs, and ext4 and xfs on loop devices over /dev/shm files; plus an in-process memcpy floor
-//! and, with `--apps`, redis, sqlite3 and RocksDB on Iris against ext4. Prints a table, writes
+//! and, with `--apps`, redis, sqlite3 and RocksDB on Iris against ext4 (and against themselves
+//! on tmpfs with their syncs off). Prints a table, writes
 //! JSON and an SVG chart, and removes every mount, loop device and scratch file on every way
 //! out (issue #6).
 //!
@@ -82,7 +83,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR", default_value = ".")]
     out_dir: PathBuf,
     /// Also run applications on Iris and on ext4: redis SET (appendfsync always), sqlite3
-    /// inserts (synchronous=FULL), db_bench fillrandom and readrandom.
+    /// inserts (synchronous=FULL), db_bench fillrandom and readrandom; and on tmpfs with their
+    /// syncs off (what they reach when durability costs nothing on the kernel's path).
     #[arg(long)]
     apps: bool,
     /// Targets to measure, comma-separated. Default: all (kernel targets need root).
@@ -243,7 +245,7 @@ fn step_count(plan: &Plan, fio_targets: usize, with_memcpy: bool, apps: bool) ->
         + if apps { apps::STEP_COUNT } else { 0 }
 }
 
-/// The applications on Iris and ext4 (a side not set up reports why).
+/// The applications on Iris, ext4 and tmpfs with syncs off (a side not set up reports why).
 fn run_apps(
     ready: &[FioTarget],
     skipped: &[(TargetKind, String)],
@@ -262,6 +264,7 @@ fn run_apps(
     apps::run(
         find(TargetKind::Iris),
         find(TargetKind::Ext4),
+        find(TargetKind::Tmpfs),
         scratch,
         apps::Sizes::new(plan.quick),
         steps,
@@ -322,7 +325,7 @@ fn failures(report: &Report) -> usize {
     let apps = report
         .apps
         .iter()
-        .map(|a| usize::from(a.iris.is_err()) + usize::from(a.ext4.is_err()))
+        .map(apps::AppResult::failures)
         .sum::<usize>();
     cells + apps
 }

@@ -127,9 +127,16 @@ pub fn apps(results: &[AppResult]) -> Table {
         Err(_) => "failed".into(),
     };
     Table {
-        header: ["application (ops/s)", "iris", "ext4", "iris/ext4"]
-            .map(String::from)
-            .to_vec(),
+        header: [
+            "application (ops/s)",
+            "iris",
+            "ext4",
+            "tmpfs no-sync",
+            "iris/ext4",
+            "iris/no-sync",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: results
             .iter()
             .map(|r| {
@@ -137,7 +144,9 @@ pub fn apps(results: &[AppResult]) -> Table {
                     r.name.clone(),
                     side(&r.iris),
                     side(&r.ext4),
+                    side(&r.unsynced),
                     r.ratio().map_or("-".into(), ratio_text),
+                    r.of_unsynced().map_or("-".into(), ratio_text),
                 ]
             })
             .collect(),
@@ -220,6 +229,35 @@ mod tests {
         assert_eq!(micros_text(104_400.0), "104");
         assert_eq!(ratio_text(0.934), "0.93x");
         assert_eq!(ratio_text(31.2), "31x");
+    }
+
+    #[test]
+    fn the_apps_table_shows_each_side_and_both_ratios() {
+        let results = [
+            AppResult {
+                name: "redis".into(),
+                detail: String::new(),
+                iris: Ok(15_000.0),
+                ext4: Ok(5_000.0),
+                unsynced: Ok(16_000.0),
+            },
+            AppResult {
+                name: "sqlite3".into(),
+                detail: String::new(),
+                iris: Ok(19_000.0),
+                ext4: Ok(2_500.0),
+                unsynced: Err("not among --targets".into()),
+            },
+        ];
+        assert_eq!(
+            apps(&results).markdown(),
+            "| application (ops/s) | iris | ext4 | tmpfs no-sync | iris/ext4 | iris/no-sync |\n\
+             | :-- | --: | --: | --: | --: | --: |\n\
+             | redis | 15.0k | 5.00k | 16.0k | 3.00x | 0.94x |\n\
+             | sqlite3 | 19.0k | 2.50k | failed | 7.60x | - |\n"
+        );
+        assert_eq!(results[0].failures(), 0);
+        assert_eq!(results[1].failures(), 1);
     }
 
     #[test]

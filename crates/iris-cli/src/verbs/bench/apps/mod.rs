@@ -1,6 +1,10 @@
 //! `iris bench --apps`: real applications on Iris against the same applications on ext4 over
 //! the same medium (a loop device over a /dev/shm file): redis SET with `appendfsync always`,
-//! sqlite3 inserts with `synchronous=FULL`, RocksDB db_bench fillrandom and readrandom.
+//! sqlite3 inserts with `synchronous=FULL`, RocksDB db_bench fillrandom and readrandom. Each
+//! also runs on tmpfs with its syncs turned off (`appendfsync no`, `synchronous=OFF`): what the
+//! application reaches when durability costs nothing on the kernel's fastest path. Iris's
+//! durable run at 1.00x of that or more gives the application its durability for free (it can
+//! be above: Iris also saves the system calls tmpfs pays).
 
 mod redis;
 mod rocksdb;
@@ -28,6 +32,9 @@ pub struct AppResult {
     pub iris: Result<f64, String>,
     /// Operations per second on ext4, or why there is no number.
     pub ext4: Result<f64, String>,
+    /// Operations per second on tmpfs with the application's syncs off, or why there is no
+    /// number.
+    pub unsynced: Result<f64, String>,
 }
 
 impl AppResult {
@@ -38,6 +45,23 @@ impl AppResult {
             _ => None,
         }
     }
+
+    /// Iris (durable) over the application on tmpfs with its syncs off (1.00x or more: its
+    /// durability costs it nothing).
+    pub fn of_unsynced(&self) -> Option<f64> {
+        match (&self.iris, &self.unsynced) {
+            (Ok(a), Ok(b)) if *b > 0.0 => Some(a / b),
+            _ => None,
+        }
+    }
+
+    /// The sides that produced no number.
+    pub fn failures(&self) -> usize {
+        [&self.iris, &self.ext4, &self.unsynced]
+            .iter()
+            .filter(|r| r.is_err())
+            .count()
+    }
 }
 
 /// Where an application runs: a directory (as the application sees it) and the environment
@@ -45,6 +69,7 @@ impl AppResult {
 pub struct Place<'a> {
     target: &'a FioTarget,
     scratch: &'a Path,
+    durable: bool,
 }
 
 impl Place<'_> {
@@ -76,6 +101,11 @@ impl Place<'_> {
     /// The scratch directory (on the host, for scripts and logs).
     pub fn scratch(&self) -> &Path {
         self.scratch
+    }
+
+    /// Whether the application syncs as its benchmark says (false: the run on tmpfs with syncs off).
+    pub fn durable(&self) -> bool {
+        self.durable
     }
 }
 
@@ -116,13 +146,15 @@ struct App {
     run: fn(&Place, Sizes) -> Result<Vec<f64>, Stop>,
 }
 
-/// The steps [`run`] reports progress for.
-pub const STEP_COUNT: u64 = 6;
+/// The steps [`run`] reports progress for: three applications on three sides.
+pub const STEP_COUNT: u64 = 9;
 
-/// Run every application on Iris and on ext4 (`Err`: that side is not available, and why).
+/// Run every application on Iris, on ext4, and on tmpfs with its syncs off (`unsynced`)
+/// (`Err`: that side is not available, and why).
 pub fn run(
     iris: Result<&FioTarget, String>,
     ext4: Result<&FioTarget, String>,
+    unsynced: Result<&FioTarget, String>,
     scratch: &Path,
     sizes: Sizes,
     steps: &Steps,
@@ -152,12 +184,20 @@ pub fn run(
     } in benches
     {
         let mut sides = Vec::new();
-        for (side, target) in [("iris", &iris), ("ext4", &ext4)] {
+        for (side, target, durable) in [
+            ("iris", &iris, true),
+            ("ext4", &ext4, true),
+            ("tmpfs, syncs off", &unsynced, false),
+        ] {
             steps.start(&format!("{program} on {side}"));
             let outcome = match target {
                 Err(why) => Err(why.clone()),
                 Ok(target) => {
-                    let place = Place { target, scratch };
+                    let place = Place {
+                        target,
+                        scratch,
+                        durable,
+                    };
                     match bench(&place, sizes) {
                         Ok(v) if v.len() == names.len() => Ok(v),
                         Ok(_) => Err(format!("{program} reported the wrong number of results")),
@@ -179,6 +219,7 @@ pub fn run(
                 detail,
                 iris: pick(&sides[0]),
                 ext4: pick(&sides[1]),
+                unsynced: pick(&sides[2]),
             });
         }
     }

@@ -37,7 +37,7 @@ pub fn run(place: &Place, sizes: Sizes) -> Result<Vec<f64>, Stop> {
             "--appendonly",
             "yes",
             "--appendfsync",
-            "always",
+            if place.durable() { "always" } else { "no" },
             "--save",
             "",
         ])

@@ -21,19 +21,26 @@ pub fn names(sizes: Sizes) -> Vec<(String, String)> {
     )]
 }
 
-/// Inserts per second (the process's whole run: opening the database is noise next to the
-/// synced transactions).
-pub fn run(place: &Place, sizes: Sizes) -> Result<Vec<f64>, Stop> {
-    let dir = place.dir("sqlite")?;
-    let script_path = place.scratch().join("sqlite-inserts.sql");
+/// The SQL the benchmark feeds sqlite3: `synchronous=FULL` when `durable`, else OFF (the run
+/// on tmpfs with syncs off).
+fn script(sizes: Sizes, durable: bool) -> String {
+    let sync = if durable { "FULL" } else { "OFF" };
     let mut script =
-        String::from("PRAGMA synchronous=FULL;\nCREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB);\n");
+        format!("PRAGMA synchronous={sync};\nCREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB);\n");
     for _ in 0..sizes.sqlite_rows {
         script.push_str(&format!(
             "INSERT INTO t(v) VALUES(randomblob({ROW_BYTES}));\n"
         ));
     }
-    std::fs::write(&script_path, script)
+    script
+}
+
+/// Inserts per second (the process's whole run: opening the database is noise next to the
+/// synced transactions).
+pub fn run(place: &Place, sizes: Sizes) -> Result<Vec<f64>, Stop> {
+    let dir = place.dir("sqlite")?;
+    let script_path = place.scratch().join("sqlite-inserts.sql");
+    std::fs::write(&script_path, script(sizes, place.durable()))
         .map_err(|e| Stop::Failed(crate::failure::host_failure(&script_path, &e)))?;
     let stdin = std::fs::File::open(&script_path)
         .map_err(|e| Stop::Failed(crate::failure::host_failure(&script_path, &e)))?;
@@ -47,4 +54,20 @@ pub fn run(place: &Place, sizes: Sizes) -> Result<Vec<f64>, Stop> {
         return Err(Stop::Failed("sqlite3 took no time".into()));
     }
     Ok(vec![sizes.sqlite_rows as f64 / secs])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unsynced_run_turns_the_syncs_off_and_inserts_as_many_rows() {
+        let sizes = Sizes::new(true);
+        let (durable, unsynced) = (script(sizes, true), script(sizes, false));
+        assert!(durable.starts_with("PRAGMA synchronous=FULL;"));
+        assert!(unsynced.starts_with("PRAGMA synchronous=OFF;"));
+        let inserts = |s: &str| s.matches("INSERT INTO").count() as u64;
+        assert_eq!(inserts(&durable), sizes.sqlite_rows);
+        assert_eq!(inserts(&unsynced), sizes.sqlite_rows);
+    }
 }
