@@ -272,7 +272,8 @@ fn run_apps(
 }
 
 /// The targets asked for (all by default), in report order. --apps needs iris (and compares
-/// it with ext4, reported missing when ext4 is skipped or not asked for).
+/// it with ext4 and with tmpfs without syncs, each reported missing when skipped or not asked
+/// for).
 fn wanted_targets(args: &BenchArgs) -> Result<Vec<TargetKind>, String> {
     let mut wanted = if args.targets.is_empty() {
         TargetKind::ALL.to_vec()
