@@ -1019,7 +1019,10 @@ fn shadows_of_a_deleted_volume_are_swept_and_those_of_an_unused_one_stay() {
     assert!(!record(gone_id).exists());
     let opens = |id: u64| std::path::PathBuf::from(format!("/dev/shm/iris-opens-{id:016x}"));
     assert!(!opens(gone_id).exists(), "the table of open files goes too");
-    assert!(opens(kept_id).exists());
+    // (Whether the unused volume's tables are still there says nothing: every process removes
+    // the tables nobody holds open when it first opens its own, and a test running beside this
+    // one may start one at any moment: CI failed once on that at 70ead07. Its shadows are what
+    // must stay.)
     // The unused volume that still exists keeps its shadows (and their bytes) for its next user.
     assert_eq!(shadows_of(kept_id).len(), 2);
     assert!(record(kept_id).exists());
