@@ -1501,6 +1501,23 @@ impl Store {
         self.prefetch_up_to(at, offset, len.min(PREFETCH_BYTES));
     }
 
+    /// [`Store::prefetch_bytes`] for writing (the lines come exclusive, so the stores into them
+    /// do not wait): a writer that learned where the bytes it will overwrite live.
+    #[inline]
+    pub fn prefetch_bytes_for_write(&self, at: BlockRef, offset: usize, len: usize) {
+        let inner = &*self.inner;
+        if at.block < inner.layout.data_start || at.block >= inner.layout.max_blocks {
+            return;
+        }
+        let start = inner.layout.offset(at.block) + offset as u64;
+        let len = len.min(PREFETCH_BYTES).min(at.len() - offset.min(at.len()));
+        let mut line = start & !63;
+        while line < start + len as u64 {
+            inner.region.prefetch_w(line);
+            line += 64;
+        }
+    }
+
     /// [`Store::prefetch_bytes`] of up to `len` bytes, however many.
     #[inline]
     fn prefetch_up_to(&self, at: BlockRef, offset: usize, len: usize) {

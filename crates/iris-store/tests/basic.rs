@@ -1728,10 +1728,12 @@ fn prefetching_a_value_reads_nothing_and_tolerates_any_location() {
         .expect("read");
     for (offset, len) in [(0, 4096), (100, 512), (4000, 4096), (4096, 10), (9999, 1)] {
         s.prefetch_bytes(at, offset, len);
+        s.prefetch_bytes_for_write(at, offset, len);
     }
     for word in [1u64 << 17 | 4096, u64::MAX >> 20 << 17 | 4096] {
         if let Some(far) = iris_store::BlockRef::unpack(word) {
             s.prefetch_bytes(far, 0, 4096);
+            s.prefetch_bytes_for_write(far, 100, 512);
         }
     }
     let mut buf = vec![0u8; 4096];
