@@ -1505,22 +1505,19 @@ impl Store {
     /// do not wait): a writer that learned where the bytes it will overwrite live.
     #[inline]
     pub fn prefetch_bytes_for_write(&self, at: BlockRef, offset: usize, len: usize) {
-        let inner = &*self.inner;
-        if at.block < inner.layout.data_start || at.block >= inner.layout.max_blocks {
-            return;
-        }
-        let start = inner.layout.offset(at.block) + offset as u64;
-        let len = len.min(PREFETCH_BYTES).min(at.len() - offset.min(at.len()));
-        let mut line = start & !63;
-        while line < start + len as u64 {
-            inner.region.prefetch_w(line);
-            line += 64;
-        }
+        self.prefetch_lines(at, offset, len.min(PREFETCH_BYTES), true);
     }
 
     /// [`Store::prefetch_bytes`] of up to `len` bytes, however many.
     #[inline]
     fn prefetch_up_to(&self, at: BlockRef, offset: usize, len: usize) {
+        self.prefetch_lines(at, offset, len, false);
+    }
+
+    /// Prefetch the lines of bytes `offset..offset + len` of the value at `at` (cut at its
+    /// end), `for_write` or for reading; nothing for a block outside the volume's data.
+    #[inline]
+    fn prefetch_lines(&self, at: BlockRef, offset: usize, len: usize, for_write: bool) {
         let inner = &*self.inner;
         if at.block < inner.layout.data_start || at.block >= inner.layout.max_blocks {
             return;
@@ -1529,7 +1526,11 @@ impl Store {
         let end = start + len.min(at.len() - offset.min(at.len())) as u64;
         let mut line = start & !63;
         while line < end {
-            inner.region.prefetch(line);
+            if for_write {
+                inner.region.prefetch_w(line);
+            } else {
+                inner.region.prefetch(line);
+            }
             line += 64;
         }
     }

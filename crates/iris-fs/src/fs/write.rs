@@ -423,9 +423,10 @@ impl Fs {
             // A small write inside one block: where the map last saw the block, its lines start
             // on their way for writing at once, beside the clock, the inode and the locks (the
             // write stores into them last, and the lock's release waits for every line the
-            // stores missed). fio 512 B random writes, one job, alternated three times:
-            // 1835-1878k -> 2073-2205k IOPS; with direct=1 (twice) 2058-2265k -> 2378-2384k; two jobs
-            // within their swing. Whole blocks go by streaming stores, which load no line.
+            // stores missed). fio 512 B random writes, one job, builds alternated: 1835-1878k
+            // -> 2073-2205k IOPS, and an hour later (the machine faster) 2237-2346k ->
+            // 2370-2453k; with direct=1 2058-2265k -> 2378-2384k; two jobs within their swing.
+            // Whole blocks go by streaming stores, which load no line.
             Some(f) if first == last && data.len() < bs as usize => match f.last_seen(first) {
                 Some(at) => {
                     self.store
