@@ -595,6 +595,22 @@ fn log_blocks_for(bs: u64, data_blocks: u64) -> u32 {
     (LOG_BYTES / bs).min(data_blocks / 64).max(1) as u32
 }
 
+impl CreateOptions {
+    /// Bytes of data blocks that synced writes may take between two commits on a volume made
+    /// with these options (on a file, whose size limit sets the log's size): each record of the
+    /// intent log names a block of its own, which no one reuses before the commit that empties
+    /// the log. A volume written with a sync after each write needs this much room beyond its
+    /// data, or it grows (and backs new pages) while it is written. 0 for a size no layout fits.
+    pub fn log_working_bytes(&self) -> u64 {
+        let bs = u64::from(self.block_size.max(1));
+        let Ok(layout) = Layout::new(self.block_size, self.size_limit_bytes / bs) else {
+            return 0;
+        };
+        let log_blocks = log_blocks_for(bs, layout.max_blocks - layout.data_start);
+        u64::from(log_blocks) * bs / crate::log_record::RECORD_BYTES as u64 * bs
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -627,6 +643,33 @@ mod tests {
                 "key {i} in the log's block {at}"
             );
         }
+    }
+
+    #[test]
+    fn the_log_working_bytes_are_a_block_per_record_of_the_log_a_volume_gets() {
+        for (bs, limit) in [(4096u32, 256u64 << 20), (4096, 16 << 20), (512, 64 << 20)] {
+            let opts = CreateOptions {
+                block_size: bs,
+                size_limit_bytes: limit,
+                initial_bytes: limit,
+                ..CreateOptions::default()
+            };
+            let s = Store::create_on(Box::new(Arc::new(SimMedia::new(limit))), &opts, &boot(1))
+                .expect("create");
+            let records = s.stats().expect("stats").log_capacity;
+            assert!(records > 0);
+            assert_eq!(
+                opts.log_working_bytes(),
+                records * u64::from(bs),
+                "{bs} {limit}"
+            );
+        }
+        // The default log (32 MiB of 128-byte records) of a big volume: a gigabyte of blocks.
+        let big = CreateOptions {
+            size_limit_bytes: 64 << 30,
+            ..CreateOptions::default()
+        };
+        assert_eq!(big.log_working_bytes(), 1 << 30);
     }
 
     #[test]

@@ -40,15 +40,20 @@ pub fn iris(scratch: &Path, cleanup: &mut Cleanup, data_bytes: u64) -> Result<Se
     let lib = snapshot(&lib, scratch)?;
     let volume = scratch.join("iris.vol");
     cleanup.push(Undo::RemoveFile(volume.clone()));
-    // Backed up front, so the volume does not grow while fio measures.
-    let initial_bytes = data_bytes
-        .saturating_mul(2)
-        .saturating_add(VOLUME_SLACK_BYTES);
-    let opts = CreateOptions {
-        size_limit_bytes: VOLUME_LIMIT_BYTES.max(initial_bytes),
-        initial_bytes,
+    // Backed up front, so the volume does not grow while fio measures: the files twice over
+    // (copy on write), slack, and the blocks that writes synced one by one take until the intent
+    // log fills and a commit frees them (without them, the first fdatasync cell grew the volume
+    // by a gigabyte, and a thread collapsed the new pages into huge ones while fio ran).
+    let mut opts = CreateOptions {
+        size_limit_bytes: VOLUME_LIMIT_BYTES,
         ..CreateOptions::default()
     };
+    let initial_bytes = data_bytes
+        .saturating_mul(2)
+        .saturating_add(VOLUME_SLACK_BYTES)
+        .saturating_add(opts.log_working_bytes());
+    opts.size_limit_bytes = VOLUME_LIMIT_BYTES.max(initial_bytes);
+    opts.initial_bytes = initial_bytes;
     let fs = create_volume(&volume, &opts)?;
     // Huge pages before fio starts, as the page cache is warm for the kernel's targets (else
     // the first cell's process would collapse them in the background while it measures).
