@@ -13,10 +13,10 @@
 //!
 //! Beside each slot, a 4-byte hint (`hints`): the tag of its key (bits of the key's hash) and,
 //! for a value a whole block long, its block; 16 hints to a cache line (256 KiB to 8 MiB of
-//! them), small enough to stay in the cache where the slots cannot. A get copies from the block its key's hint names while the slot is
-//! still on its way from memory, and checks afterwards that the slot names that block for its
-//! key: two misses at once rather than one after the other. Only a guess: what a get returns
-//! is decided by the slot.
+//! them), small enough to stay in the cache where the slots cannot. A get copies from the
+//! block its key's hint names while the slot is still on its way from memory, and checks
+//! afterwards that the slot names that block for its key: two misses at once rather than one
+//! after the other. Only a guess: what a get returns is decided by the slot.
 //!
 //! Each slot is seqlocked by its own word (odd while a fill writes it); readers never wait and
 //! a fill that finds its slot busy is dropped. Only atomics: nothing here can be held across a

@@ -145,9 +145,10 @@ impl Report {
             out.push_str(&table::apps(&self.apps).markdown());
             out.push_str(
                 "\n`tmpfs no-sync`: the same application on tmpfs with its syncs turned off \
-                 (`appendfsync no`, `synchronous=OFF`; db_bench syncs nothing either way): what \
-                 it reaches when durability costs nothing on the kernel's path. \
-                 `iris/no-sync` at 1.00x or more: Iris gives it durability for free.\n\n",
+                 (`appendfsync no`, `synchronous=OFF`; db_bench runs as it is, its writes not \
+                 synced one by one): what it reaches when durability costs nothing on the \
+                 kernel's path. `iris/no-sync` at 1.00x or more: Iris gives it durability for \
+                 free.\n\n",
             );
             for a in &self.apps {
                 out.push_str(&format!("- {}: `{}`\n", a.name, a.detail));

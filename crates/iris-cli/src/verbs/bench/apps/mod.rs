@@ -103,7 +103,8 @@ impl Place<'_> {
         self.scratch
     }
 
-    /// Whether the application syncs as its benchmark says (false: the run on tmpfs with syncs off).
+    /// Whether the application syncs as its benchmark says (false: the run on tmpfs with its
+    /// syncs off).
     pub fn durable(&self) -> bool {
         self.durable
     }
