@@ -312,6 +312,13 @@ impl Allocator {
             && self.w_word(b / 64).load(Ordering::Acquire) & (1 << (b % 64)) != 0
     }
 
+    /// Whether `b` is a data-area block in use: one a writer may free (a tree of a corrupt
+    /// volume may name others).
+    #[inline]
+    pub fn holds(&self, b: u64) -> bool {
+        b >= self.layout.data_start && self.is_used(b)
+    }
+
     /// Whether block `b` waits in P for the next commit.
     pub fn is_pending(&self, b: u64) -> bool {
         b < self.layout.max_blocks

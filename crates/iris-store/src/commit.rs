@@ -14,7 +14,7 @@
 //! A process killed between 2 and 3 leaves the header behind the superblocks; `reconcile` (run by
 //! the next locker, which gets EOWNERDEAD) redoes step 3 from the superblock.
 
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::node::{Node, Val};
 use crate::superblock::{self, LogArea, Superblock, SUPER_BYTES};
 use crate::tree::Ctx;
@@ -68,8 +68,8 @@ pub(crate) struct VolumeFacts {
 /// Commit the working tree. Caller holds the volume lock. Returns the committed generation.
 pub(crate) fn commit(cx: &Ctx<'_>, facts: &VolumeFacts) -> Result<u64> {
     let h = cx.header;
-    if h.failed() != 0 {
-        return Err(StoreError::Failed);
+    if let Some(e) = h.refusal() {
+        return Err(e);
     }
     if h.dirty() == 0 {
         return Ok(h.committed_gen());

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::error::StoreError;
 use crate::key::Key;
 use crate::layout::Layout;
 use crate::region::Region;
@@ -31,6 +32,9 @@ const SNAPSHOT_HELD: u64 = 96;
 const LAST_COMMIT_NS: u64 = 104;
 const DIRTY: u64 = 112;
 const FAILED: u64 = 120;
+/// Value of the failed word when a writer found the tree and the allocator disagreeing (any
+/// other non-zero value: a persist failed).
+const FAILED_INCONSISTENT: u64 = 2;
 const PENDING_BLOCKS: u64 = 128;
 const COMMITTED_SLOT: u64 = 136;
 const SNAP_COUNT: u64 = 144;
@@ -454,6 +458,30 @@ impl Header {
     /// dead writer left half done).
     pub fn settle_write_seqs(&self) {
         self.end_in_place((1 << PARTITIONS) - 1);
+    }
+
+    /// Why this volume refuses writes until it is reopened, if it does: a persist failed
+    /// ([`StoreError::Failed`]), or a writer found its tree and allocator disagreeing
+    /// ([`StoreError::Corrupt`], see [`Header::refuse_inconsistent`]).
+    pub fn refusal(&self) -> Option<StoreError> {
+        match self.failed() {
+            0 => None,
+            FAILED_INCONSISTENT => Some(StoreError::corrupt(
+                "a block the tree referenced was free in the allocator's map; writes refused \
+                 until the volume is reopened",
+            )),
+            _ => Some(StoreError::Failed),
+        }
+    }
+
+    /// Refuse writes (and commits) until the volume is reopened because its tree referenced a
+    /// block the allocator holds free: a commit would make that state durable, and the block
+    /// may be handed out again while the last commit still reaches it.
+    pub fn refuse_inconsistent(&self) {
+        self.region
+            .atomic_u64(self.off + FAILED)
+            .compare_exchange(0, FAILED_INCONSISTENT, Ordering::AcqRel, Ordering::Acquire)
+            .ok();
     }
 
     /// Mark the working tree changed since the last commit (a store only when it was not).

@@ -814,7 +814,10 @@ impl Inner {
     }
 
     fn check_writable(&self) -> Result<()> {
-        if self.failed.load(Ordering::Relaxed) || self.header.failed() != 0 {
+        if let Some(e) = self.header.refusal() {
+            return Err(e);
+        }
+        if self.failed.load(Ordering::Relaxed) {
             return Err(StoreError::Failed);
         }
         Ok(())

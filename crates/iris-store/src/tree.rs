@@ -1160,6 +1160,14 @@ impl<'a> Txn<'a> {
         };
         for i in 0..self.released.len() {
             let (block, birth) = self.released.get(i);
+            if !self.cx.alloc.holds(block) {
+                // The tree named a block the allocator holds free: a corrupt volume (a valid
+                // one never does). Freed again, it could be handed out twice while the last
+                // commit still reaches it; so it is left alone and the volume refuses writes
+                // and commits until reopened.
+                self.cx.header.refuse_inconsistent();
+                continue;
+            }
             if self.is_fresh(block) {
                 // Never published: no reader can have seen it.
                 self.cx.alloc.free_now(block);

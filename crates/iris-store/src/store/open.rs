@@ -835,4 +835,47 @@ mod tests {
         assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
         assert_eq!(s.inner.header.log_start(), 4);
     }
+
+    /// A volume whose allocator holds free a node its tree reaches (as a corrupt image can):
+    /// the writer that replaces the node does not free it again (it could be handed out twice
+    /// while the last commit reaches it); the volume refuses writes and commits, and reopened
+    /// it holds the last commit.
+    #[test]
+    fn a_tree_naming_a_free_block_makes_writes_refused_not_the_block_freed_twice() {
+        let (sim, s) = crate::store::test_store_on_sim();
+        for i in 0..40u64 {
+            s.put(Key::new(1, i), &i.to_le_bytes()).expect("put");
+        }
+        s.commit().expect("commit");
+        let inner = &*s.inner;
+        let root = inner.region.read_u64(inner.header.working_root_off());
+        inner.alloc.free_now(root);
+        // This put copies the root and releases the old one: the allocator holds it free.
+        s.put(Key::new(1, 100), b"x")
+            .expect("the put that found it lands");
+        let refused = |r: Result<()>| matches!(r, Err(StoreError::Corrupt { .. }));
+        assert!(refused(s.put(Key::new(1, 101), b"y").map(|_| ())));
+        assert!(refused(s.delete(Key::new(1, 3)).map(|_| ())));
+        assert!(refused(s.commit().map(|_| ())));
+        assert!(!inner.alloc.is_used(root), "freed once, by the test");
+        assert!(!inner.alloc.is_pending(root), "not freed a second time");
+        drop(s);
+        let s = Store::open_on(
+            Box::new(SimMedia::from_image(&sim.working_image())),
+            &boot(2),
+        )
+        .expect("reopen");
+        for i in 0..40u64 {
+            assert_eq!(
+                s.get_with(Key::new(1, i), |v| v.to_vec()).expect("get"),
+                Some(i.to_le_bytes().to_vec())
+            );
+        }
+        assert_eq!(
+            s.get_with(Key::new(1, 100), |v| v.to_vec()).expect("get"),
+            None
+        );
+        s.put(Key::new(1, 101), b"y")
+            .expect("writes again after the reopen");
+    }
 }
