@@ -20,8 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             initial_bytes: len,
             ..CreateOptions::default()
         };
+        // (Another boot than the target's 7: it then trusts nothing of the working header.)
         let open = OpenOptions {
-            boot_id: Some(7),
+            boot_id: Some(1),
             commit_interval: None,
         };
         let store = Store::create_on(Box::new(Arc::clone(&sim)), &create, &open)?;
