@@ -45,7 +45,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         fs.symlink(&c, b"d/f", ROOT_INO, b"s").map_err(err)?;
         fs.link(&c, ROOT_INO, b"d/f", ROOT_INO, b"d/sub/l", false)
             .map_err(err)?;
-        fs.setxattr(&c, f.ino, b"user.a", b"attribute", 0).map_err(err)?;
+        fs.setxattr(&c, f.ino, b"user.a", b"attribute", 0)
+            .map_err(err)?;
         fs.sync().map_err(err)?;
         let gone = fs
             .open(&c, ROOT_INO, b"gone", libc::O_CREAT | libc::O_RDWR, 0o644)

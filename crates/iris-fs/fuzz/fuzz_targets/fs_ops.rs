@@ -20,14 +20,18 @@ fn walk(fs: &Fs, c: &Cred, dir: u64, depth: u32, visits: &mut usize) {
     if depth > 8 {
         return;
     }
-    let Ok(entries) = fs.readdir(dir, 0, 64) else { return };
+    let Ok(entries) = fs.readdir(dir, 0, 64) else {
+        return;
+    };
     for e in entries {
         if *visits >= MAX_VISITS {
             return;
         }
         *visits += 1;
         let _ = fs.resolve(c, dir, &e.name, false);
-        let Ok(inode) = fs.getattr(e.ino) else { continue };
+        let Ok(inode) = fs.getattr(e.ino) else {
+            continue;
+        };
         let _ = fs.listxattr(c, e.ino);
         let _ = fs.getxattr(c, e.ino, b"user.a");
         match inode.mode & libc::S_IFMT {
@@ -54,7 +58,9 @@ fuzz_target!(|data: &[u8]| {
         boot_id: Some(7),
         commit_interval: None,
     };
-    let Ok(store) = Store::open_on(Box::new(sim), &opts) else { return };
+    let Ok(store) = Store::open_on(Box::new(sim), &opts) else {
+        return;
+    };
     let Ok(fs) = Fs::on_store(store) else { return };
     let c = Cred::root();
     let mut visits = 0;

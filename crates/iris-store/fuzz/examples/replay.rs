@@ -22,7 +22,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     println!("open: ok");
-    println!("range: {:?}", store.range(Key::MIN, Key::MAX, 100_000).map(|r| r.len()));
+    println!(
+        "range: {:?}",
+        store.range(Key::MIN, Key::MAX, 100_000).map(|r| r.len())
+    );
     println!("verify: {:?}", store.verify());
     println!("put: {:?}", store.put(Key::new(1, 1), b"fuzz"));
     println!("delete: {:?}", store.delete(Key::new(1, 2)));

@@ -11,8 +11,13 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let sim = Arc::new(SimMedia::from_image(data));
-    let opts = OpenOptions { boot_id: Some(7), commit_interval: None };
-    let Ok(store) = Store::open_on(Box::new(sim), &opts) else { return };
+    let opts = OpenOptions {
+        boot_id: Some(7),
+        commit_interval: None,
+    };
+    let Ok(store) = Store::open_on(Box::new(sim), &opts) else {
+        return;
+    };
     let _ = store.range(Key::MIN, Key::MAX, 100_000);
     let _ = store.verify();
     let _ = store.put(Key::new(1, 1), b"fuzz");
