@@ -20,6 +20,13 @@ pub enum StoreError {
     /// A persist failed earlier: this handle refuses writes until the volume is reopened.
     #[error("volume failed a persist (I/O error) and refuses writes until reopened")]
     Failed,
+    /// Other processes have the volume open with shared state this build does not trust
+    /// (another Iris build's layout): it is not rebuilt under them.
+    #[error(
+        "volume is open by processes whose shared state this build cannot read (another Iris \
+         build?); close them, or run the same build"
+    )]
+    Busy,
     /// A value larger than one block, or an invalid argument.
     #[error("invalid argument: {0}")]
     Invalid(String),
@@ -63,6 +70,7 @@ impl StoreError {
             StoreError::Corrupt { .. } => libc::EUCLEAN,
             StoreError::NoSpace => libc::ENOSPC,
             StoreError::Failed => libc::EIO,
+            StoreError::Busy => libc::EBUSY,
             StoreError::Invalid(_) => libc::EINVAL,
             StoreError::NoSnapshot(_) => libc::ENOENT,
             StoreError::SnapshotTable(..) => libc::EEXIST,

@@ -16,6 +16,29 @@ pub(crate) fn init(header: &Header) -> Result<()> {
     Ok(())
 }
 
+/// Set every partition's lock up afresh for an opener alone with the volume (it holds the
+/// exclusive advisory lock, so no thread anywhere holds one of these): whether any read held
+/// (its holder died mid-change, marked so by the kernel, or the header was copied from a volume
+/// in use, naming a thread that will never let go), in which case the caller repairs as after
+/// a dead holder. Every mutex is set up again, so none left in a state glibc cannot take.
+pub(crate) fn reset_alone(header: &Header) -> Result<bool> {
+    let mut held = false;
+    for p in 0..crate::header::PARTITIONS {
+        held |= lock_word(header, p).load(std::sync::atomic::Ordering::Acquire) != 0;
+        init_one(header, p)?;
+    }
+    Ok(held)
+}
+
+/// Partition `p`'s mutex's lock word: the owner's thread id (and the kernel's flags), 0 when
+/// free.
+fn lock_word(header: &Header, p: u64) -> &std::sync::atomic::AtomicI32 {
+    let m = header.mutex_ptr(p);
+    // SAFETY: glibc's pthread_mutex_t begins with its lock word (`int __lock`), 4-byte aligned
+    // inside the mutex, which lives in the mapping for as long as `header` (its region) does.
+    unsafe { &*(m as *const std::sync::atomic::AtomicI32) }
+}
+
 fn init_one(header: &Header, p: u64) -> Result<()> {
     let m = header.mutex_ptr(p);
     // SAFETY: `m` points at MUTEX_BYTES of the mapped header, large and aligned enough for a
@@ -67,9 +90,8 @@ const SPINS_PER_CLOCK: u32 = 64;
 /// Take the lock of partition `p`.
 pub(crate) fn lock(header: &Header, p: u64) -> Result<Acquired> {
     let m = header.mutex_ptr(p);
-    // SAFETY: glibc's pthread_mutex_t begins with its lock word (`int __lock`: the owner's thread
-    // id, 0 when free), 4-byte aligned inside the mutex; it is only read here, as a hint.
-    let word = unsafe { &*(m as *const std::sync::atomic::AtomicI32) };
+    // (Only read here, as a hint.)
+    let word = lock_word(header, p);
     let mut since: Option<Instant> = None;
     loop {
         // SAFETY: as below; trylock never blocks.

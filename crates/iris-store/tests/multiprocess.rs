@@ -781,3 +781,37 @@ fn a_recovery_killed_during_its_replay_is_made_again_by_the_next_opener() {
         check_synced(&s, prefix, keys, Some(acked), point);
     }
 }
+
+#[test]
+fn an_opener_after_a_reboot_waits_out_a_shared_holder_going_away() {
+    // The last process closed the volume, but a child it forked just before still holds its
+    // shared lock until it execs. An opener of another boot finds the lock shared and the
+    // header not of its boot: it waits for the holder to go instead of refusing the volume.
+    let path = volume("transient");
+    let a = Store::open(&path, &OpenOptions::default()).expect("open");
+    a.put(Key::new(1, 1), b"kept").expect("put");
+    a.commit().expect("commit");
+    drop(a);
+    let holder = std::fs::File::open(&*path).expect("open file");
+    {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on a file descriptor this test owns.
+        assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_SH) }, 0);
+    }
+    let going = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(holder);
+    });
+    let opts = OpenOptions {
+        boot_id: Some(0x5eed),
+        commit_interval: None,
+    };
+    let s = Store::open(&path, &opts).expect("open once the holder went away");
+    going.join().expect("holder");
+    assert_eq!(
+        s.get_with(Key::new(1, 1), |v| v.to_vec())
+            .expect("get")
+            .as_deref(),
+        Some(&b"kept"[..])
+    );
+}

@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         boot_id: Some(7),
         commit_interval: None,
     };
-    let store = match Store::open_on(Box::new(sim), &opts) {
+    let store = match Store::open_alone_on(Box::new(sim), &opts) {
         Ok(s) => s,
         Err(e) => {
             println!("open: {e}");

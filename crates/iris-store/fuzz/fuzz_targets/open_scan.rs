@@ -1,6 +1,9 @@
-//! Fuzz target: any bytes as a volume image, opened as after a reboot (nothing trusted), then a
-//! full scan, a verification, and a few writes. Must never panic or misbehave; errors are fine.
-//! Run with `cargo +nightly fuzz run open_scan` from crates/iris-store/fuzz.
+//! Fuzz target: any bytes as a volume image, opened by a process alone with it (a working header
+//! of the target's boot, 7, joined with its locks set up afresh; any other rebuilt from the
+//! superblocks), then a full scan, a verification, and a few writes. Must never panic, hang or
+//! misbehave; errors are fine. Seeds: `cargo run --example seeds -- corpus/open_scan`; run with
+//! `cargo +nightly fuzz run open_scan corpus/open_scan -- -max_len=163840` from
+//! crates/iris-store/fuzz.
 #![no_main]
 
 use std::sync::Arc;
@@ -15,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         boot_id: Some(7),
         commit_interval: None,
     };
-    let Ok(store) = Store::open_on(Box::new(sim), &opts) else {
+    let Ok(store) = Store::open_alone_on(Box::new(sim), &opts) else {
         return;
     };
     let _ = store.range(Key::MIN, Key::MAX, 100_000);

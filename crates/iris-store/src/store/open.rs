@@ -193,6 +193,17 @@ fn shape_seed() -> u64 {
     commit::now_ns().wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (u64::from(std::process::id()) << 40)
 }
 
+/// Who opens a volume, as [`Store::open_in`] needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Opener {
+    /// Holding the volume's exclusive lock: alone with it (see [`Store::open_alone_on`]).
+    Alone,
+    /// May rebuild a working header it does not trust (others may share a trusted one).
+    MayRecover,
+    /// Beside other processes that have the volume open: never rebuilds their header.
+    Joining,
+}
+
 impl Store {
     /// Create a volume file (or format a block device) at `path`. Refuses a non-empty regular
     /// file: the caller decides whether overwriting is allowed and removes or truncates it first.
@@ -243,27 +254,31 @@ impl Store {
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store> {
         let (block_size, max_blocks) = peek_geometry(path)?;
         let map_len = max_blocks * u64::from(block_size);
-        match MappedMedia::open(path, false, LockMode::ExclusiveIfFree, map_len, 0) {
-            Ok(media) => {
-                let store = Store::open_on(Box::new(media), opts)?;
-                store.inner.media.share()?;
-                Ok(store)
-            }
-            Err(MediaError::InUse { .. }) => {
-                // Others have it open (shared), or someone is recovering it: join as shared,
-                // waiting a little for a recovering opener to finish.
-                let deadline = Instant::now() + Duration::from_secs(3);
-                loop {
-                    match MappedMedia::open(path, false, LockMode::Shared, map_len, 0) {
-                        Ok(media) => return Store::open_in(Box::new(media), opts, false),
-                        Err(MediaError::InUse { .. }) if Instant::now() < deadline => {
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
+        // Others have it open (shared), or someone is recovering it: join as shared, waiting a
+        // little for a recovering opener to finish. A shared lock on a header this opener does
+        // not trust may be a process that is going away (a child forked beside the last
+        // closer holds its lock until it execs): the exclusive lock is tried again meanwhile.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            match MappedMedia::open(path, false, LockMode::ExclusiveIfFree, map_len, 0) {
+                Ok(media) => {
+                    let store = Store::open_alone_on(Box::new(media), opts)?;
+                    store.inner.media.share()?;
+                    return Ok(store);
                 }
+                Err(MediaError::InUse { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => Err(e.into()),
+            let last = Instant::now() >= deadline;
+            match MappedMedia::open(path, false, LockMode::Shared, map_len, 0) {
+                Ok(media) => match Store::open_in(Box::new(media), opts, Opener::Joining) {
+                    Err(StoreError::Busy) if !last => {}
+                    r => return r,
+                },
+                Err(MediaError::InUse { .. }) if !last => {}
+                Err(e) => return Err(e.into()),
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -274,7 +289,7 @@ impl Store {
         let (block_size, max_blocks) = peek_geometry(path)?;
         let map_len = max_blocks * u64::from(block_size);
         let media = MappedMedia::open(path, false, LockMode::Exclusive, map_len, 0)?;
-        Store::open_on(Box::new(media), opts)
+        Store::open_alone_on(Box::new(media), opts)
     }
 
     /// The id of the volume file at `path` (see [`Store::volume_id`]), from its newest valid
@@ -371,16 +386,25 @@ impl Store {
     /// Open a volume on `media`, recovering from the superblocks if the working header is not
     /// from this boot.
     pub fn open_on(media: Box<dyn Media>, opts: &OpenOptions) -> Result<Store> {
-        Store::open_in(media, opts, true)
+        Store::open_in(media, opts, Opener::MayRecover)
     }
 
-    /// [`Store::open_on`]; without `may_recover` (other processes have the volume open), a
-    /// working header this opener does not trust is an error, never rebuilt under them.
+    /// [`Store::open_on`] for an opener the caller knows to be alone with the volume (it holds
+    /// its exclusive lock): no thread of any other process holds one of its locks, so one that
+    /// reads held in a header of this boot is stale (its holder died mid-change, or the
+    /// volume's file was copied while in use) and is set up afresh, the repair run as after a
+    /// dead holder, instead of waited for.
+    pub fn open_alone_on(media: Box<dyn Media>, opts: &OpenOptions) -> Result<Store> {
+        Store::open_in(media, opts, Opener::Alone)
+    }
+
+    /// [`Store::open_on`] as `opener` (see [`Opener`]).
     pub(super) fn open_in(
         media: Box<dyn Media>,
         opts: &OpenOptions,
-        may_recover: bool,
+        opener: Opener,
     ) -> Result<Store> {
+        let may_recover = opener != Opener::Joining;
         let region = Region::new(media.base(), media.mapped_len());
         let backed = media.backed_len();
         let sb = read_superblocks_raw(&region, backed)?;
@@ -412,16 +436,15 @@ impl Store {
             if header.backed_blocks() > backed / layout.bs() {
                 media.grow(layout.offset(header.backed_blocks()))?;
             }
+            if opener == Opener::Alone && volume_lock::reset_alone(&header)? {
+                header.set_repair_needed(true);
+            }
         } else if may_recover {
             recover(media.as_ref(), region, layout, header, alloc, &sb)?;
         } else {
             // Live processes share this header: rebuilding it would pull their state from
             // under them. Theirs is a layout this build does not know (another Iris build).
-            return Err(StoreError::Invalid(
-                "volume is open by processes whose shared state this build cannot read \
-                 (another Iris build?); close them, or run the same build"
-                    .into(),
-            ));
+            return Err(StoreError::Busy);
         }
         let store = Store::assemble(
             !trusted,
@@ -877,5 +900,59 @@ mod tests {
         );
         s.put(Key::new(1, 101), b"y")
             .expect("writes again after the reopen");
+    }
+
+    /// A volume file copied while a writer held one of its locks (`cp` of a volume in use):
+    /// its header is of this boot and names a holder that will never let go of the copy. An
+    /// opener alone with the copy sets the locks up afresh and repairs, instead of waiting
+    /// forever; the copy then reads and writes.
+    #[test]
+    fn a_copy_made_while_a_lock_was_held_opens_alone_without_waiting_for_it() {
+        let dir = std::env::temp_dir();
+        let name = |what: &str| dir.join(format!("iris-copy-{}-{what}.vol", std::process::id()));
+        let (orig, copy) = (name("orig"), name("copy"));
+        let _ = std::fs::remove_file(&orig);
+        let _ = std::fs::remove_file(&copy);
+        let opts = CreateOptions {
+            size_limit_bytes: 64 << 20,
+            initial_bytes: 4 << 20,
+            ..CreateOptions::default()
+        };
+        let s = Store::create(&orig, &opts).expect("create");
+        for i in 0..20u64 {
+            s.put(Key::new(1, i), &i.to_le_bytes()).expect("put");
+        }
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            let s = &s;
+            scope.spawn(move || {
+                let _g = s.inner.lock().expect("lock");
+                held_tx.send(()).expect("send");
+                let _ = done_rx.recv();
+            });
+            held_rx.recv().expect("held");
+            std::fs::copy(&orig, &copy).expect("copy");
+            let (tx, rx) = std::sync::mpsc::channel();
+            let copy_path = copy.clone();
+            std::thread::spawn(move || {
+                let r = Store::open(&copy_path, &OpenOptions::default()).map(|c| {
+                    let put = c.put(Key::new(1, 100), b"x");
+                    let got = c.get_with(Key::new(1, 7), |v| v.to_vec());
+                    (put.is_ok(), got.ok().flatten())
+                });
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            });
+            let r = rx.recv_timeout(Duration::from_secs(20));
+            done_tx.send(()).expect("release");
+            let (put_ok, got) = r
+                .expect("the copy opened within 20 s")
+                .expect("the copy opened");
+            assert!(put_ok);
+            assert_eq!(got, Some(7u64.to_le_bytes().to_vec()));
+        });
+        drop(s);
+        let _ = std::fs::remove_file(&orig);
+        let _ = std::fs::remove_file(&copy);
     }
 }
