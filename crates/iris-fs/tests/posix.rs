@@ -1540,3 +1540,27 @@ fn a_rebuild_from_the_superblocks_discards_the_volumes_shadows_and_a_join_keeps_
     assert!(std::path::Path::new(&foreign).exists());
     std::fs::remove_file(&foreign).expect("clean up");
 }
+
+#[test]
+fn bytes_written_to_a_directory_are_refused_and_its_entries_kept() {
+    // The interposer never lets a directory be opened for writing; the file system refuses too
+    // (a directory's data is its entries): found by the fs_seq fuzz target.
+    let fs = fs();
+    let c = Cred::root();
+    let dir = fs.mkdir(&c, ROOT_INO, b"d", 0o755).expect("mkdir");
+    create(&fs, b"d/a");
+    assert_eq!(fs.write(dir, 0, b"garble"), Err(Errno::EISDIR));
+    assert_eq!(fs.write(dir, 100, &[1u8; 9000]), Err(Errno::EISDIR));
+    assert_eq!(fs.append(dir, b"garble"), Err(Errno::EISDIR));
+    let cache = fs.file_cache(dir);
+    assert_eq!(fs.write_file(&cache, 0, b"garble"), Err(Errno::EISDIR));
+    assert_eq!(fs.append_file(&cache, b"garble"), Err(Errno::EISDIR));
+    let names: Vec<Vec<u8>> = fs
+        .readdir(dir, 0, 16)
+        .expect("readdir")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert!(names.contains(&b"a".to_vec()), "{names:?}");
+    assert!(fs.check().expect("check").problems.is_empty());
+}

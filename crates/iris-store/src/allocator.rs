@@ -319,6 +319,18 @@ impl Allocator {
         b >= self.layout.data_start && self.is_used(b)
     }
 
+    /// Whether `b` may be freed (see [`Allocator::holds`]). A valid volume never asks to free
+    /// another block: this one's shared state was forged or is not what its writers left, and a
+    /// block freed twice could be handed out twice, so the volume refuses writes and commits
+    /// until reopened (see `Header::refuse_inconsistent`) and the block is left alone.
+    fn refuse_unless_held(&self, b: u64) -> bool {
+        let held = self.holds(b);
+        if !held {
+            self.header.refuse_inconsistent();
+        }
+        held
+    }
+
     /// Whether block `b` waits in P for the next commit.
     pub fn is_pending(&self, b: u64) -> bool {
         b < self.layout.max_blocks
@@ -623,10 +635,9 @@ impl Allocator {
 
     /// Return `b` to the free space now (nothing committed or published still reaches it).
     pub fn free_now(&self, b: u64) {
-        debug_assert!(
-            b >= self.layout.data_start && self.is_used(b),
-            "double free of {b}"
-        );
+        if !self.refuse_unless_held(b) {
+            return;
+        }
         let word = b / 64;
         // Not fresh any more: a free block is no key's (a location someone still holds must
         // not read as writable in place; reused, the block is noted fresh again).
@@ -648,7 +659,9 @@ impl Allocator {
 
     /// Free `b` once the next commit is durable (the last commit still references it).
     pub fn defer_free(&self, b: u64) {
-        debug_assert!(b >= self.layout.data_start && self.is_used(b));
+        if !self.refuse_unless_held(b) {
+            return;
+        }
         let word = b / 64;
         let prev = self.p_word(word).fetch_or(1 << (b % 64), Ordering::AcqRel);
         if prev & (1 << (b % 64)) != 0 {

@@ -45,7 +45,7 @@ impl Ops<'_> {
 }
 
 fn mkfs(bs: u32) -> (Arc<SimMedia>, Fs) {
-    let size = 8u64 << 20;
+    let size = 2u64 << 20;
     let sim = Arc::new(SimMedia::new(size));
     let opts = CreateOptions {
         block_size: bs,

@@ -23,7 +23,7 @@ use crate::errno::{Errno, FsResult};
 use crate::inode::{self, now_ns, Inode};
 use crate::keys::{key, Kind, MAX_OFFSET};
 
-use super::{get_inode_tx, put_inode_tx, store_err, Fs};
+use super::{abort, get_inode_tx, put_inode_tx, store_err, Fs};
 
 /// Conditional one-block appends tried before an append takes a transaction (each turn lost
 /// to another appender reads the size again).
@@ -128,6 +128,10 @@ impl Fs {
         honor_shadow: bool,
     ) -> FsResult<Option<(Inode, Option<u64>)>> {
         let (inode, stamp) = self.inode_now(ino)?;
+        if inode.is_dir() {
+            // (A directory's data is its entries: bytes written there would garble them.)
+            return Err(Errno::EISDIR);
+        }
         if honor_shadow && inode.is_shadowed() {
             return Ok(None);
         }
@@ -718,6 +722,9 @@ impl Fs {
             let _range = file.ranges().lock(0, u64::MAX);
             for _ in 0..APPEND_TURNS {
                 let (inode, stamp) = self.inode_now(ino)?;
+                if inode.is_dir() {
+                    return Err(Errno::EISDIR);
+                }
                 if inode.is_shadowed() {
                     return Ok(None);
                 }
@@ -757,6 +764,9 @@ impl Fs {
         let now = now_ns();
         self.tx(|tx| {
             let mut i = get_inode_tx(tx, ino)?;
+            if i.is_dir() {
+                return Err(abort(Errno::EISDIR));
+            }
             let off = i.size;
             let end = off + data.len() as u64;
             if data.is_empty() {

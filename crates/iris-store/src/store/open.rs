@@ -955,4 +955,30 @@ mod tests {
         let _ = std::fs::remove_file(&orig);
         let _ = std::fs::remove_file(&copy);
     }
+
+    /// Freeing a block that is not in use (already free, or metadata), as a forged or garbled
+    /// working state may ask, frees nothing and makes the volume refuse writes.
+    #[test]
+    fn a_free_of_a_block_not_in_use_is_refused_and_frees_nothing() {
+        for target in ["free", "metadata"] {
+            let s = crate::store::test_store();
+            s.put(Key::new(1, 1), b"v").expect("put");
+            let inner = &*s.inner;
+            let b = match target {
+                "free" => (inner.layout.data_start..inner.layout.max_blocks)
+                    .find(|b| !inner.alloc.is_used(*b))
+                    .expect("a free block"),
+                _ => 0,
+            };
+            let used = inner.header.used_blocks();
+            inner.alloc.free_now(b);
+            inner.alloc.defer_free(b);
+            assert_eq!(inner.header.used_blocks(), used, "{target}");
+            assert!(!inner.alloc.is_pending(b), "{target}");
+            assert!(
+                matches!(s.put(Key::new(1, 2), b"w"), Err(StoreError::Corrupt { .. })),
+                "{target}"
+            );
+        }
+    }
 }
