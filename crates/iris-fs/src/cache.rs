@@ -518,6 +518,15 @@ impl FileCache {
         }
     }
 
+    /// Forget where file block `block` lives (its word answers no epoch), before a change that
+    /// moves it carries the map to a new epoch: a word left as it was would read as current
+    /// there (see [`FileCache::carry`]) if the block's new place is not put after.
+    pub(crate) fn forget(&self, block: u64) {
+        if let Some(w) = self.word(block) {
+            w.store(0, Ordering::Release);
+        }
+    }
+
     /// Note where file block `block` was just written, with no epoch: a hint for
     /// [`FileCache::last_seen`], never an answer of [`FileCache::get`].
     pub(crate) fn hint(&self, block: u64, at: BlockRef) {

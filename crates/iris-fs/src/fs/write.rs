@@ -104,6 +104,12 @@ fn carry_places(file: &FileCache, first: u64, places: &[(u64, Option<BlockRef>)]
     else {
         return;
     };
+    // Every block the transaction wrote may have moved, and the map keeps its words as it
+    // moves to the new stamp: each is forgotten first, and put back below where its new place
+    // is known (not for a value now inline in its leaf, nor when another fill holds the map).
+    for j in 0..places.len() as u64 {
+        file.forget(first + j);
+    }
     file.carry(first + i as u64, stamp, at);
     if let Some(e) = file.epoch_now(stamp) {
         for (j, (s, at)) in places.iter().enumerate().skip(i + 1) {
@@ -239,7 +245,11 @@ impl Fs {
         }
         if let (Some(f), Some((stamp, _))) = (file, put.located) {
             // The first block carries the map to the write's stamp (see `note_put`); at that
-            // stamp the others are where they went too.
+            // stamp the others are where they went too. They are forgotten first: the move
+            // keeps the map's words, and a put below may find the map busy and store nothing.
+            for &(block, _) in placed.iter().skip(1) {
+                f.forget(block);
+            }
             note_put(f, first, None, &put);
             if let Some(e) = f.epoch_now(stamp) {
                 for &(block, at) in placed.iter().skip(1) {
