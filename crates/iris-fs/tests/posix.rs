@@ -1586,7 +1586,7 @@ fn a_write_across_two_blocks_after_a_commit_reads_back_through_the_open_files_ma
         .expect("open");
     let cache = fs.file_cache(f.ino);
     let (off, len) = (4 * 4096 + 1, 4095 + 26);
-    let mut round = |fill: u8| {
+    let round = |fill: u8| {
         let data = vec![fill; len];
         assert_eq!(fs.write_file(&cache, off, &data), Ok(Some(len)));
         let mut back = vec![0u8; len];
