@@ -461,22 +461,23 @@ impl Header {
     }
 
     /// Why this volume refuses writes until it is reopened, if it does: a persist failed
-    /// ([`StoreError::Failed`]), or a writer found its tree and allocator disagreeing
+    /// ([`StoreError::Failed`]), or a writer found the tree and the allocator disagreeing
     /// ([`StoreError::Corrupt`], see [`Header::refuse_inconsistent`]).
     pub fn refusal(&self) -> Option<StoreError> {
         match self.failed() {
             0 => None,
             FAILED_INCONSISTENT => Some(StoreError::corrupt(
-                "a block the tree referenced was free in the allocator's map; writes refused \
-                 until the volume is reopened",
+                "the tree and the allocator disagree (a block to free was not in use); writes \
+                 refused until the volume is reopened",
             )),
             _ => Some(StoreError::Failed),
         }
     }
 
-    /// Refuse writes (and commits) until the volume is reopened because its tree referenced a
-    /// block the allocator holds free: a commit would make that state durable, and the block
-    /// may be handed out again while the last commit still reaches it.
+    /// Refuse writes (and commits) until the volume is reopened because a block to free was
+    /// not in use (the tree referenced a block the allocator holds free, or the shared state
+    /// named one): a commit would make that state durable, and the block may be handed out
+    /// again while the last commit still reaches it.
     pub fn refuse_inconsistent(&self) {
         self.region
             .atomic_u64(self.off + FAILED)
