@@ -59,7 +59,7 @@ pub fn assert_clean(fs: &Fs, when: &str) {
     assert!(report.problems.is_empty(), "{when}: {:?}", report.problems);
 }
 
-pub fn run(fs: &Fs, ops: &mut Ops<'_>) -> Option<()> {
+pub fn run(both: [&Fs; 2], ops: &mut Ops<'_>) -> Option<()> {
     let trace = std::env::var_os("IRIS_FUZZ_TRACE").is_some();
     macro_rules! t {
         ($($a:tt)*) => {
@@ -72,6 +72,9 @@ pub fn run(fs: &Fs, ops: &mut Ops<'_>) -> Option<()> {
     let mut cache = None;
     for step in 0..64 {
         let op = ops.byte()?;
+        // (Bit 6 picks the opener: two processes sharing the volume.)
+        let fs = both[usize::from(op >> 6 & 1)];
+        let other = both[usize::from(!op >> 6 & 1)];
         match op % 18 {
             0 | 1 => {
                 let flags = [
@@ -83,10 +86,14 @@ pub fn run(fs: &Fs, ops: &mut Ops<'_>) -> Option<()> {
                 ][usize::from(ops.byte()?) % 5];
                 let path = ops.path()?;
                 let r = fs.open(&c, ROOT_INO, path, flags, 0o644);
-                t!("{step}: open {:?} {flags:#o} -> {:?}", lossy(path), r.as_ref().map(|i| i.ino));
+                t!(
+                    "{step}: open {:?} {flags:#o} -> {:?}",
+                    lossy(path),
+                    r.as_ref().map(|i| i.ino)
+                );
                 if let Ok(i) = r {
                     if i.mode & libc::S_IFMT == libc::S_IFREG {
-                        cache = Some(fs.file_cache(i.ino));
+                        cache = Some((usize::from(op >> 6 & 1), fs.file_cache(i.ino)));
                     }
                 }
             }
@@ -100,22 +107,32 @@ pub fn run(fs: &Fs, ops: &mut Ops<'_>) -> Option<()> {
                 let fill = ops.byte()?;
                 let data: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
                 let r = fs.write(ino, off, &data);
-                t!("{step}: write {:?} (ino {ino}) at {off} len {len} -> {r:?}", lossy(path));
+                t!(
+                    "{step}: write {:?} (ino {ino}) at {off} len {len} -> {r:?}",
+                    lossy(path)
+                );
                 // (An empty write succeeds on anything: nothing to read back.)
                 if let Ok(n @ 1..) = r {
-                    let mut back = vec![0u8; n];
-                    let got = fs.read(ino, off, &mut back).expect("read back");
-                    assert_eq!(got, n, "short read back at {off}");
-                    assert!(back == data[..n], "write at {off}+{n} reads back otherwise");
+                    for reader in [fs, other] {
+                        let mut back = vec![0u8; n];
+                        let got = reader.read(ino, off, &mut back).expect("read back");
+                        assert_eq!(got, n, "short read back at {off}");
+                        assert!(back == data[..n], "write at {off}+{n} reads back otherwise");
+                    }
                 }
             }
             5 => {
-                let Some(f) = &cache else { continue };
+                let Some((x, f)) = &cache else { continue };
+                let fs = both[*x];
                 let off = ops.offset()?;
                 let len = usize::from(ops.u16()? % 5000);
                 let data = vec![ops.byte()?; len];
                 let r = fs.write_file(f, off, &data);
-                t!("{step}: write_file ino {} at {off} len {len} of {:#x} -> {r:?}", f.ino(), data.first().copied().unwrap_or(0));
+                t!(
+                    "{step}: write_file ino {} at {off} len {len} of {:#x} -> {r:?}",
+                    f.ino(),
+                    data.first().copied().unwrap_or(0)
+                );
                 if let Ok(Some(n @ 1..)) = r {
                     let mut back = vec![0u8; n];
                     let got = fs.read_file(f, off, &mut back);
@@ -130,11 +147,24 @@ pub fn run(fs: &Fs, ops: &mut Ops<'_>) -> Option<()> {
                 }
             }
             6 => {
-                let Some(f) = &cache else { continue };
-                let mut buf = vec![0u8; usize::from(ops.u16()? % 9000)];
+                // The open file's map and the other opener's walk of the tree agree.
+                let Some((x, f)) = &cache else { continue };
+                let len = usize::from(ops.u16()? % 9000);
                 let off = ops.offset()?;
-                let r = fs.read_file(f, off, &mut buf);
-                t!("{step}: read_file ino {} at {off} len {} -> {r:?}", f.ino(), buf.len());
+                let (mut fast, mut slow) = (vec![0u8; len], vec![0u8; len]);
+                let r = both[*x].read_file(f, off, &mut fast);
+                let s = both[1 - *x].read(f.ino(), off, &mut slow);
+                t!(
+                    "{step}: read_file ino {} at {off} len {len} -> {r:?}, other {s:?}",
+                    f.ino()
+                );
+                if let (Ok(Some(n)), Ok(m)) = (r, s) {
+                    assert_eq!(n, m, "read lengths at {off}");
+                    if fast[..n] != slow[..n] {
+                        let i = fast.iter().zip(&slow).position(|(a, b)| a != b);
+                        panic!("map and tree disagree at {off}+{i:?}");
+                    }
+                }
             }
             7 => {
                 let path = ops.path()?;
@@ -153,14 +183,22 @@ pub fn run(fs: &Fs, ops: &mut Ops<'_>) -> Option<()> {
                     } else {
                         fs.allocate(ino, off, len, keep == 1)
                     };
-                    t!("{step}: zero/alloc({}) {:?} {off}+{len} keep {keep} -> {r:?}", op & 0x80, lossy(path));
+                    t!(
+                        "{step}: zero/alloc({}) {:?} {off}+{len} keep {keep} -> {r:?}",
+                        op & 0x80,
+                        lossy(path)
+                    );
                 }
             }
             9 | 10 => {
                 let flags = [0, 1, 2][usize::from(ops.byte()?) % 3];
                 let (from, to) = (ops.path()?, ops.path()?);
                 let r = fs.rename(&c, ROOT_INO, from, ROOT_INO, to, flags);
-                t!("{step}: rename {:?} {:?} {flags} -> {r:?}", lossy(from), lossy(to));
+                t!(
+                    "{step}: rename {:?} {:?} {flags} -> {r:?}",
+                    lossy(from),
+                    lossy(to)
+                );
             }
             11 => {
                 let (from, to) = (ops.path()?, ops.path()?);
@@ -185,7 +223,11 @@ pub fn run(fs: &Fs, ops: &mut Ops<'_>) -> Option<()> {
             15 => {
                 let (target, path) = (ops.path()?, ops.path()?);
                 let r = fs.symlink(&c, target, ROOT_INO, path);
-                t!("{step}: symlink {:?} {:?} -> {r:?}", lossy(target), lossy(path));
+                t!(
+                    "{step}: symlink {:?} {:?} -> {r:?}",
+                    lossy(target),
+                    lossy(path)
+                );
             }
             16 => {
                 let path = ops.path()?;
@@ -212,15 +254,24 @@ fn lossy(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()
 }
 
-/// One input: the block size, then the operations; checked as the target checks.
+/// One input: the block size, then the operations through two openers of the volume (as two
+/// processes); checked as the target checks.
 pub fn one(data: &[u8]) {
     let Some((first, rest)) = data.split_first() else {
         return;
     };
     let bs = [512u32, 1024, 4096][usize::from(*first) % 3];
     let (sim, fs) = mkfs(bs);
-    let _ = run(&fs, &mut Ops(rest));
+    let same_boot = OpenOptions {
+        boot_id: Some(1),
+        commit_interval: None,
+    };
+    let second = Store::open_on(Box::new(Arc::clone(&sim)), &same_boot).expect("second opener");
+    let fs2 = Fs::on_store(second).expect("fs");
+    let _ = run([&fs, &fs2], &mut Ops(rest));
     assert_clean(&fs, "after the run");
+    assert_clean(&fs2, "after the run, the other opener");
+    drop(fs2);
     drop(fs);
     let boot = OpenOptions {
         boot_id: Some(2),
