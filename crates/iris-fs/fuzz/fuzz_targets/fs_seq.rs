@@ -4,7 +4,8 @@
 //! chmod, sync) on a fresh small volume, through two openers of it (as two processes). Errors
 //! are fine (no space, no such file, ...); a panic, a hang, a write that does not read back in
 //! both openers, an open file's map disagreeing with the other opener's walk of the tree, or a
-//! file system `check` finds a problem in (after the run, and again reopened) is a bug. Run with `cargo +nightly fuzz run fs_seq` from
+//! file system `check` finds a problem in (after the run, reopened, and reopened after a
+//! simulated power loss at a persist the input picks, or at its end) is a bug. Run with `cargo +nightly fuzz run fs_seq` from
 //! crates/iris-fs/fuzz.
 #![no_main]
 

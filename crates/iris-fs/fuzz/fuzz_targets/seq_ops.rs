@@ -254,8 +254,8 @@ fn lossy(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()
 }
 
-/// One input: the block size, then the operations through two openers of the volume (as two
-/// processes); checked as the target checks.
+/// One input: the block size and a persist to lose power at, then the operations through two
+/// openers of the volume (as two processes); checked as the target checks.
 pub fn one(data: &[u8]) {
     let Some((first, rest)) = data.split_first() else {
         return;
@@ -268,9 +268,26 @@ pub fn one(data: &[u8]) {
     };
     let second = Store::open_on(Box::new(Arc::clone(&sim)), &same_boot).expect("second opener");
     let fs2 = Fs::on_store(second).expect("fs");
+    // (The first byte's top bits: power lost at that persist from here, if not 0; every later
+    // persist fails, and the operations after it with EIO.)
+    let crash_at = u64::from(*first >> 2);
+    if crash_at != 0 {
+        sim.crash_at_persist(crash_at);
+    }
     let _ = run([&fs, &fs2], &mut Ops(rest));
     assert_clean(&fs, "after the run");
     assert_clean(&fs2, "after the run, the other opener");
+    // What stable media would hold after a power loss now (before the closes commit): the
+    // last commit and the intent log's records, with each later word kept or not at random.
+    let crashed = {
+        use rand::SeedableRng;
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        data.hash(&mut h);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(h.finish());
+        sim.lose_power();
+        sim.crash_image(&mut rng, 0.5)
+    };
     drop(fs2);
     drop(fs);
     let boot = OpenOptions {
@@ -281,4 +298,13 @@ pub fn one(data: &[u8]) {
         .expect("reopen");
     let fs = Fs::on_store(store).expect("fs");
     assert_clean(&fs, "reopened");
+    drop(fs);
+    let boot = OpenOptions {
+        boot_id: Some(3),
+        commit_interval: None,
+    };
+    let store = Store::open_alone_on(Box::new(SimMedia::from_image(&crashed)), &boot)
+        .expect("reopen after power loss");
+    let fs = Fs::on_store(store).expect("fs after power loss");
+    assert_clean(&fs, "after power loss");
 }
