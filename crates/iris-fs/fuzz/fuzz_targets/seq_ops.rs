@@ -241,6 +241,14 @@ pub fn run(both: [&Fs; 2], ops: &mut Ops<'_>) -> Option<()> {
                     t!("{step}: xattr/chmod {:?} -> {r:?}", lossy(path));
                 }
             }
+            _ if op & 0x80 != 0 => {
+                // fsync of one file: its next writes expect a sync and go into the intent log.
+                let path = ops.path()?;
+                if let Ok(ino) = fs.resolve(&c, ROOT_INO, path, true) {
+                    let r = fs.sync_inode(ino);
+                    t!("{step}: sync_inode {:?} -> {r:?}", lossy(path));
+                }
+            }
             _ => {
                 let r = fs.sync();
                 t!("{step}: sync -> {r:?}");
