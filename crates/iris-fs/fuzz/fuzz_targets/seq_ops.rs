@@ -37,6 +37,7 @@ impl Ops<'_> {
     }
 }
 
+/// A fresh file system of 2 MiB with `bs`-byte blocks on simulated media.
 pub fn mkfs(bs: u32) -> (Arc<SimMedia>, Fs) {
     let size = 2u64 << 20;
     let sim = Arc::new(SimMedia::new(size));
@@ -54,11 +55,13 @@ pub fn mkfs(bs: u32) -> (Arc<SimMedia>, Fs) {
     (sim, Fs::on_store(store).expect("fs"))
 }
 
+/// Panic, naming `when`, if the file system's check finds a problem.
 pub fn assert_clean(fs: &Fs, when: &str) {
     let report = fs.check().expect("check");
     assert!(report.problems.is_empty(), "{when}: {:?}", report.problems);
 }
 
+/// Up to 64 operations read from `ops`, each through one of the two openers `both`.
 pub fn run(both: [&Fs; 2], ops: &mut Ops<'_>) -> Option<()> {
     let trace = std::env::var_os("IRIS_FUZZ_TRACE").is_some();
     macro_rules! t {
