@@ -1572,14 +1572,7 @@ fn a_write_across_two_blocks_after_a_commit_reads_back_through_the_open_files_ma
     // place to put in the open file's map, which the first block's new place carried to the
     // new stamp keeping its words. Reads through the map then returned the old bytes of the
     // second block (and, once it was reused, another file's): found by the fs_seq fuzz target.
-    let sim = Arc::new(SimMedia::new(16 << 20));
-    let opts = CreateOptions {
-        size_limit_bytes: 16 << 20,
-        initial_bytes: 16 << 20,
-        ..CreateOptions::default()
-    };
-    let store = Store::create_on(Box::new(sim), &opts, &boot(1)).expect("store");
-    let fs = Fs::on_store(store).expect("fs");
+    let (_sim, fs) = small_fs_in_boot(1);
     let c = Cred::root();
     let f = fs
         .open(&c, ROOT_INO, b"a", libc::O_CREAT | libc::O_RDWR, 0o644)

@@ -3,7 +3,7 @@
 //! entry looked up, stat'ed, read, its link and extended attributes read), checked, and changed
 //! (create, write, truncate, rename, link, unlink, mkdir, rmdir, setxattr, sync). Must never
 //! panic, hang or misbehave; errors are fine. Seeds: `cargo run --example seeds -- corpus/fs_ops`; run with
-//! `cargo +nightly fuzz run fs_ops corpus/fs_ops -- -max_len=524288` from crates/iris-fs/fuzz.
+//! `cargo +nightly fuzz run fs_ops corpus/fs_ops -- -max_len=307200` from crates/iris-fs/fuzz.
 #![no_main]
 
 use std::sync::Arc;
