@@ -13,11 +13,27 @@ use crate::node::{Node, Val};
 
 use super::{BlockRef, Inner, Located};
 
-/// The write sequences of some partitions as a reader found them (see [`KnownView::in_place_marks`]).
+/// The write sequences of some partitions as a reader found them (see
+/// [`KnownView::in_place_marks`]), kept as their sum: a sequence never goes down while the
+/// volume is open (see `Header::end_in_place`), so the sum reads the same later only if every
+/// sequence does. Two words, where one per partition made a read's check loop over them all.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteMarks {
     held: u64,
-    seqs: [u64; PARTITIONS as usize],
+    sum: u64,
+}
+
+/// The partitions named by the bits of `held`, lowest first.
+#[inline]
+fn each_partition(held: u64) -> impl Iterator<Item = u64> {
+    let mut rest = held & ((1 << PARTITIONS) - 1);
+    std::iter::from_fn(move || {
+        (rest != 0).then(|| {
+            let p = u64::from(rest.trailing_zeros());
+            rest &= rest - 1;
+            p
+        })
+    })
 }
 
 impl Inner {
@@ -25,15 +41,15 @@ impl Inner {
     #[inline]
     pub(super) fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
         let held = partition_mask(keys);
-        let mut seqs = [0u64; PARTITIONS as usize];
-        for p in (0..PARTITIONS).filter(|p| held & (1 << p) != 0) {
+        let mut sum = 0u64;
+        for p in each_partition(held) {
             let s = self.header.write_seq(p);
             if s & 1 != 0 {
                 return None;
             }
-            seqs[p as usize] = s;
+            sum = sum.wrapping_add(s);
         }
-        Some(WriteMarks { held, seqs })
+        Some(WriteMarks { held, sum })
     }
 
     /// See [`KnownView::unchanged_since`].
@@ -41,9 +57,8 @@ impl Inner {
     pub(super) fn unchanged_since(&self, marks: &WriteMarks) -> bool {
         // The bytes read above are read before the sequences below.
         std::sync::atomic::fence(Ordering::Acquire);
-        (0..PARTITIONS)
-            .filter(|p| marks.held & (1 << p) != 0)
-            .all(|p| self.header.write_seq(p) == marks.seqs[p as usize])
+        each_partition(marks.held).fold(0u64, |sum, p| sum.wrapping_add(self.header.write_seq(p)))
+            == marks.sum
     }
 
     /// See [`KnownView::block_bytes`].
