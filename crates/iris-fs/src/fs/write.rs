@@ -556,10 +556,13 @@ impl Fs {
                 }
                 // (Inside the file but past the end of its block's value, as in a file extended
                 // by truncate or fallocate and written in order, `write_in_place` appends too.)
-                // A sync follows (see `sync_hint`): the last commit is likely recent and the
-                // block committed, so the write copies it under every lock; no attempt first.
+                // A sync follows (see `sync_hint`): into the intent log. A block a record of
+                // the log names already (the file's earlier synced writes since the last
+                // commit) takes the bytes where it is, behind a data record of them; else the
+                // block is likely the last commit's, and the write copies it below.
                 let done = if sync_expected {
-                    None
+                    self.store
+                        .write_in_place_logged(k, in_block, data, then())?
                 } else if off >= inode.size && inode.size > first * bs {
                     self.store
                         .append_in_place(k, in_block, data, Some(then()))?

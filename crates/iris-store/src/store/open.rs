@@ -494,19 +494,44 @@ impl Store {
             .region
             .bytes(inner.layout.offset(log.first), u64::from(log.blocks) * bs);
         let records = crate::log_record::replayable(area, log.start, inner.layout.block_size);
-        let Some(last) = records.last().map(|r| r.seq) else {
+        // (Past the last record's slots: a data record takes several numbers.)
+        let Some(next) = records
+            .iter()
+            .map(|r| {
+                let slots = r.record.data.map_or(1, |d| {
+                    crate::log_record::data_slots(usize::from(d.len)) as u64
+                });
+                r.record.seq + slots
+            })
+            .max()
+        else {
             return Ok(0);
         };
         let _g = inner.lock()?;
         let in_log = |b: u64| (log.first..log.first + u64::from(log.blocks)).contains(&b);
         // Every record's block first: the puts below copy nodes into free blocks, which must
-        // not be blocks that later records name.
-        let claimed: Vec<&crate::log_record::Record> = records
+        // not be blocks that later records name. (A data record's block is an earlier
+        // record's.)
+        let claimed: Vec<bool> = records
             .iter()
-            .filter(|r| !in_log(r.block) && inner.alloc.claim(r.block))
+            .map(|r| {
+                let r = &r.record;
+                r.data.is_none() && !in_log(r.block) && inner.alloc.claim(r.block)
+            })
             .collect();
         let mut applied = 0;
-        for r in claimed {
+        for (found, claimed) in records.iter().zip(claimed) {
+            let r = &found.record;
+            if let Some(d) = r.data {
+                if Self::replay_data(inner, r, d, &found.bytes)? {
+                    applied += 1;
+                    crate::failpoint::hit("replay-applied");
+                }
+                continue;
+            }
+            if !claimed {
+                continue;
+            }
             // Only a file the last commit holds is ever logged (see `intent`); a record naming
             // another is not applied.
             let present = {
@@ -547,11 +572,51 @@ impl Store {
             applied += 1;
             crate::failpoint::hit("replay-applied");
         }
-        inner.header.log_seq().store(last + 1, Ordering::Release);
+        inner.header.log_seq().store(next, Ordering::Release);
         inner.header.mark_dirty();
         inner.commit_locked()?;
         crate::failpoint::hit("replay-committed");
         Ok(applied)
+    }
+
+    /// Replay data record `r` (holding every lock): its bytes into its block where its key
+    /// names that block with the record's length (an earlier record of the replay put it
+    /// there), and its patch's words. False, nothing changed, when the key names anything else
+    /// (only a torn or foreign log could say so).
+    fn replay_data(
+        inner: &Inner,
+        r: &crate::log_record::Record,
+        d: crate::log_record::DataRange,
+        bytes: &[u8],
+    ) -> Result<bool> {
+        let named = {
+            let txn = Txn::begin(inner.cx(), false);
+            let spot = txn.locate(r.key)?;
+            txn.value_at(&spot)?
+        };
+        let end = usize::from(d.offset) + bytes.len();
+        match named {
+            Some(Val::Block { block, len, .. })
+                if block == r.block && len == r.len && end <= len as usize => {}
+            _ => return Ok(false),
+        }
+        let at = inner.layout.offset(r.block) + u64::from(d.offset);
+        inner.region.copy_in(at, bytes);
+        inner.latency.on_write(1);
+        let words = &r.word[..usize::from(r.words)];
+        if !words.is_empty() {
+            Self::patch_locked(
+                inner,
+                r.patch_key,
+                |_, p| {
+                    for (off, val) in words {
+                        p.set(usize::from(*off), *val);
+                    }
+                },
+                true,
+            )?;
+        }
+        Ok(true)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -776,6 +841,7 @@ mod tests {
             patch_key,
             word,
             words: words.len() as u8,
+            data: None,
         };
         let mut bytes = r.encode();
         if tear {
