@@ -105,8 +105,7 @@ pub(crate) fn commit(cx: &Ctx<'_>, facts: &VolumeFacts) -> Result<u64> {
         inline_max: facts.inline_max,
         buffer_bytes: facts.buffer_bytes,
         snapshots: h.snapshots(),
-        // Records numbered from here on are newer than this commit (nothing writes records
-        // yet: see `log_record`).
+        // Records numbered from here on are newer than this commit (see `log_record`).
         log: h.log_area().map(|(first, blocks)| LogArea {
             first,
             blocks,

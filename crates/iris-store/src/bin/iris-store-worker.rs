@@ -39,6 +39,10 @@
 //!   expecting a sync (`ThenPatch::sync_expected`: the intent log takes it), then syncing as a
 //!   file's sync does (`Store::commit_through` the keys' written generation), then printing
 //!   `acked n`.
+//! - `small-syncer VOLUME PREFIX KEYS`: as `syncer`, but of every eight rounds of a key only
+//!   the first writes its whole block; the other seven each write one 512-byte chunk of it
+//!   (chunk r % 8 of round r: [`chunk`]`(PREFIX, i, r, r % 8)` at byte 512 * (r % 8)), through a data record of the intent log
+//!   when the store takes one (`Store::write_in_place_logged`), else by copying the block.
 //! - `open VOLUME PREFIX N`: open the volume (recovering it, if the header is not of this
 //!   boot: `$IRIS_BOOT_ID` names another than the kernel's), print `opened` and exit.
 //! - `fill VOLUME PREFIX COUNT OTHER`: put COUNT keys of PREFIX without committing, print `done`,
@@ -460,6 +464,66 @@ fn run() -> Result<(), String> {
                 let gen = store.written_gen(key).max(store.written_gen(count));
                 store.commit_through(gen).map_err(|e| e.to_string())?;
                 say(&mut out, &format!("acked {n}"))?;
+            }
+            Ok(())
+        }
+        "small-syncer" => {
+            let keys = num(&args, 4)?.max(1);
+            let count = size_key(prefix, 0);
+            store
+                .put(count, &0u64.to_le_bytes())
+                .map_err(|e| e.to_string())?;
+            store.commit().map_err(|e| e.to_string())?;
+            let mut logged = 0u64;
+            for n in 0u64.. {
+                let (i, r) = (n % keys, n / keys);
+                let key = Key::new(prefix, i);
+                let then = || ThenPatch {
+                    key: count,
+                    unless_unchanged_since: None,
+                    patch: move |_: &[u8], _: bool, p: &mut Patch| p.set(0, n + 1),
+                    sync_expected: true,
+                    only_if_unchanged_since: None,
+                };
+                if r % 8 == 0 {
+                    let v = block(prefix, i, r);
+                    store
+                        .put_block_then_patch(
+                            key,
+                            v.len(),
+                            |out| out.copy_from_slice(&v),
+                            Some(then()),
+                        )
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    let c = r % 8;
+                    let at = (c * 512) as usize;
+                    let bytes = chunk(prefix, i, r, c);
+                    let placed = store
+                        .write_in_place_logged(key, at, &bytes, then())
+                        .map_err(|e| e.to_string())?;
+                    if placed.is_some() {
+                        logged += 1;
+                    } else {
+                        store
+                            .put_sized_then_patch(
+                                key,
+                                |_| 4096,
+                                |old, out| {
+                                    if let Some(o) = old {
+                                        out.copy_from_slice(&o[..4096]);
+                                    }
+                                    out[at..at + 512].copy_from_slice(&bytes);
+                                },
+                                Some(then()),
+                            )
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                let gen = store.written_gen(key).max(store.written_gen(count));
+                store.commit_through(gen).map_err(|e| e.to_string())?;
+                say(&mut out, &format!("acked {n}"))?;
+                say(&mut out, &format!("fast {logged}"))?;
             }
             Ok(())
         }
