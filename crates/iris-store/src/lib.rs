@@ -41,6 +41,6 @@ pub use store::{
 };
 pub use stream::copy_streaming;
 pub use superblock::{
-    SnapshotEntry, FORMAT_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME, NO_LOG_VERSION,
+    SnapshotEntry, FORMAT_VERSION, LOG_VERSION, MAX_SNAPSHOTS, MAX_SNAPSHOT_NAME, NO_LOG_VERSION,
     OLDEST_READ_VERSION,
 };

@@ -10,8 +10,12 @@ pub(crate) const SUPER_MAGIC: u64 = u64::from_le_bytes(*b"IRISVOL\0");
 /// On-volume format version this code writes. Version 7 added the fresh map and undo records
 /// that hold a whole 4 KiB write (a larger working header), which moved every region after the
 /// header: older volumes are refused with a message that says to re-create them. (Version 6
-/// checksummed only what a node holds, not its free gap.)
-pub const FORMAT_VERSION: u32 = 8;
+/// checksummed only what a node holds, not its free gap.) Version 9: the intent log may hold
+/// data records (a synced write's bytes, see `log_record`), which a build of version 8 would
+/// skip in its replay and so lose; volumes of version 8 are still read.
+pub const FORMAT_VERSION: u32 = 9;
+/// The first version with an intent log (see [`LogArea`]), whose records all name blocks.
+pub const LOG_VERSION: u32 = 8;
 /// The version of volumes without an intent log (see [`LogArea`]): still read, and still
 /// written as such, so a build that knows no log never opens a volume whose log it would not
 /// replay.
@@ -214,7 +218,7 @@ impl Superblock {
             }
             snapshots.push(s);
         }
-        let log = if version >= FORMAT_VERSION {
+        let log = if version >= LOG_VERSION {
             let (first, blocks) = (le64(b, LOG_FIRST), le32(b, LOG_BLOCKS));
             if blocks == 0 || first < 2 || first.saturating_add(u64::from(blocks)) > backed_blocks {
                 return Err(bad(&format!(

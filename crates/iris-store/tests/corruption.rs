@@ -188,7 +188,30 @@ fn a_volume_of_an_older_or_newer_format_is_refused_with_a_message_that_says_why(
         "one slot of another format opened"
     );
     // The same image at its own version (a volume without an intent log) opens: only the
-    // version was refused.
+    // version was refused. So does a volume of the first version with a log (no data records
+    // in it), which the next commit makes of this version.
     let (_sim, r) = reopen_image(&as_format(&img, bs as usize, iris_store::NO_LOG_VERSION), 7);
     assert!(r.is_ok());
+    let (sim, r) = reopen_image(&as_format(&img, bs as usize, iris_store::LOG_VERSION), 7);
+    let s = r.expect("a volume of the first version with a log");
+    assert!(
+        s.stats().expect("stats").log_capacity > 0,
+        "its log was not read"
+    );
+    s.put(iris_store::Key::new(9, 9), b"x").expect("put");
+    s.commit().expect("commit");
+    drop(s);
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(5);
+    let after = sim.crash_image(&mut rng, 0.0);
+    let newest = (0..2)
+        .map(|slot| &after[slot * bs as usize..slot * bs as usize + 512])
+        .map(|sb| {
+            (
+                u64::from_le_bytes(sb[16..24].try_into().expect("8 bytes")),
+                u32::from_le_bytes(sb[8..12].try_into().expect("4 bytes")),
+            )
+        })
+        .max()
+        .expect("two slots");
+    assert_eq!(newest.1, iris_store::FORMAT_VERSION, "the commit's version");
 }
