@@ -250,6 +250,26 @@ pub fn run(both: [&Fs; 2], ops: &mut Ops<'_>) -> Option<()> {
                 if let Ok(ino) = fs.resolve(&c, ROOT_INO, path, true) {
                     let r = fs.sync_inode(ino);
                     t!("{step}: sync_inode {:?} -> {r:?}", lossy(path));
+                    // Then up to seven small writes near one place, each synced: after the
+                    // first, one into a block the log names goes into a data record.
+                    let base = ops.offset()?;
+                    for j in 0..ops.byte()? % 8 {
+                        let off = base + u64::from(ops.u16()? % 4096);
+                        let len = usize::from(ops.u16()? % 700) + 1;
+                        let data = vec![ops.byte()?; len];
+                        let r = fs.write(ino, off, &data);
+                        t!("{step}.{j}: synced write at {off} len {len} -> {r:?}");
+                        if let Ok(n @ 1..) = r {
+                            for reader in [fs, other] {
+                                let mut back = vec![0u8; n];
+                                let got = reader.read(ino, off, &mut back).expect("read back");
+                                assert_eq!(got, n, "short read back at {off}");
+                                assert!(back == data[..n], "synced write at {off}+{n} differs");
+                            }
+                        }
+                        let r = fs.sync_inode(ino);
+                        t!("{step}.{j}: sync_inode -> {r:?}");
+                    }
                 }
             }
             _ => {
