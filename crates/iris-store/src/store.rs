@@ -330,10 +330,11 @@ pub struct Stats {
     pub tree_height: u32,
     /// Whether uncommitted changes exist.
     pub dirty: bool,
-    /// Records the intent log holds (0: the volume has none, format 7).
+    /// 128-byte slots of the intent log (0: the volume has none, format 7): a record naming a
+    /// block takes one, a data record one for its head and one per 120 bytes it carries.
     pub log_capacity: u64,
-    /// Records written since the last commit (synced writes it does not hold yet; a full log
-    /// makes the next sync commit).
+    /// Slots taken since the last commit (synced writes it does not hold yet; a full log makes
+    /// the next sync commit).
     pub log_records: u64,
 }
 

@@ -108,7 +108,7 @@ pub fn stat(args: StatArgs) -> Outcome {
         match st.log_capacity {
             0 => "intent log:      none (format 7: every sync commits)".to_string(),
             n => format!(
-                "intent log:      {} of {n} records since the last commit",
+                "intent log:      {} of {n} slots taken since the last commit",
                 st.log_records.min(n)
             ),
         },
