@@ -143,6 +143,16 @@ fn chunk(prefix: u64, i: u64, r: u64, c: u64) -> Vec<u8> {
     b
 }
 
+/// A synced worker's count record of `prefix`, put at 0 and committed.
+fn counted(store: &Store, prefix: u64) -> Result<Key, String> {
+    let count = size_key(prefix, 0);
+    store
+        .put(count, &0u64.to_le_bytes())
+        .map_err(|e| e.to_string())?;
+    store.commit().map_err(|e| e.to_string())?;
+    Ok(count)
+}
+
 /// Byte `j` of the appender's value `i`.
 fn appended(prefix: u64, i: u64, j: u64) -> u8 {
     (prefix * 13 + i * 3 + j * 7) as u8
@@ -443,11 +453,7 @@ fn run() -> Result<(), String> {
         }
         "syncer" => {
             let keys = num(&args, 4)?.max(1);
-            let count = size_key(prefix, 0);
-            store
-                .put(count, &0u64.to_le_bytes())
-                .map_err(|e| e.to_string())?;
-            store.commit().map_err(|e| e.to_string())?;
+            let count = counted(&store, prefix)?;
             for n in 0u64.. {
                 let key = Key::new(prefix, n % keys);
                 let v = block(prefix, n % keys, n / keys);
@@ -469,11 +475,7 @@ fn run() -> Result<(), String> {
         }
         "small-syncer" => {
             let keys = num(&args, 4)?.max(1);
-            let count = size_key(prefix, 0);
-            store
-                .put(count, &0u64.to_le_bytes())
-                .map_err(|e| e.to_string())?;
-            store.commit().map_err(|e| e.to_string())?;
+            let count = counted(&store, prefix)?;
             let mut logged = 0u64;
             for n in 0u64.. {
                 let (i, r) = (n % keys, n / keys);

@@ -556,19 +556,7 @@ impl Store {
                 return Err(e);
             }
             txn.commit_publish();
-            let words = &r.word[..usize::from(r.words)];
-            if !words.is_empty() {
-                Self::patch_locked(
-                    inner,
-                    r.patch_key,
-                    |_, p| {
-                        for (off, val) in words {
-                            p.set(usize::from(*off), *val);
-                        }
-                    },
-                    true,
-                )?;
-            }
+            Self::replay_words(inner, r)?;
             applied += 1;
             crate::failpoint::hit("replay-applied");
         }
@@ -603,20 +591,27 @@ impl Store {
         let at = inner.layout.offset(r.block) + u64::from(d.offset);
         inner.region.copy_in(at, bytes);
         inner.latency.on_write(1);
-        let words = &r.word[..usize::from(r.words)];
-        if !words.is_empty() {
-            Self::patch_locked(
-                inner,
-                r.patch_key,
-                |_, p| {
-                    for (off, val) in words {
-                        p.set(usize::from(*off), *val);
-                    }
-                },
-                true,
-            )?;
-        }
+        Self::replay_words(inner, r)?;
         Ok(true)
+    }
+
+    /// Set the words record `r` carries in its patched key's value (holding every lock).
+    fn replay_words(inner: &Inner, r: &crate::log_record::Record) -> Result<()> {
+        let words = &r.word[..usize::from(r.words)];
+        if words.is_empty() {
+            return Ok(());
+        }
+        Self::patch_locked(
+            inner,
+            r.patch_key,
+            |_, p| {
+                for (off, val) in words {
+                    p.set(usize::from(*off), *val);
+                }
+            },
+            true,
+        )
+        .map(|_| ())
     }
 
     #[allow(clippy::too_many_arguments)]
