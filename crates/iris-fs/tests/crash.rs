@@ -242,10 +242,7 @@ fn unlink_point(seed: u64) -> bool {
     let size = 4u64 << 20;
     let (sim, fs) = sim_fs(size, 512);
     let c = Cred::root();
-    let ino = fs
-        .open(&c, ROOT_INO, b"big", libc::O_CREAT | libc::O_RDWR, 0o644)
-        .expect("create")
-        .ino;
+    let ino = create(&fs, b"big");
     let mut size_written = 0u64;
     for len in [16 << 10, 512] {
         let chunk = vec![0xa5u8; len];
@@ -313,21 +310,23 @@ fn power_loss_during_the_unlink_of_a_big_file_leaves_it_whole_or_gone() {
     assert!(halfway > 0, "no power loss landed between two purge steps");
 }
 
+/// Create (or open) file `name` in the root directory; its inode.
+fn create(fs: &Fs, name: &[u8]) -> u64 {
+    fs.open(
+        &Cred::root(),
+        ROOT_INO,
+        name,
+        libc::O_CREAT | libc::O_RDWR,
+        0o644,
+    )
+    .expect("create")
+    .ino
+}
+
 /// A file system on simulated media with two new files, `/a` and `/b`.
 fn two_files() -> (Arc<SimMedia>, Fs, u64, u64) {
     let (sim, fs) = sim_fs(8 << 20, 4096);
-    let open = |name: &[u8]| {
-        fs.open(
-            &Cred::root(),
-            ROOT_INO,
-            name,
-            libc::O_CREAT | libc::O_RDWR,
-            0o644,
-        )
-        .expect("create")
-        .ino
-    };
-    let (a, b) = (open(b"/a"), open(b"/b"));
+    let (a, b) = (create(&fs, b"/a"), create(&fs, b"/b"));
     (sim, fs, a, b)
 }
 
@@ -639,18 +638,7 @@ fn synced_writes_point(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let (sim, fs, bs) = point_fs(seed);
     let files: Vec<u64> = (0..3)
-        .map(|i| {
-            let name = format!("/f{i}");
-            fs.open(
-                &Cred::root(),
-                ROOT_INO,
-                name.as_bytes(),
-                libc::O_CREAT | libc::O_RDWR,
-                0o644,
-            )
-            .expect("create")
-            .ino
-        })
+        .map(|i| create(&fs, format!("/f{i}").as_bytes()))
         .collect();
     fs.sync().expect("commit");
     // Each file's states since its last durable point (its sync, or any commit).
@@ -772,16 +760,7 @@ fn synced_small_writes(seed: u64, bs: u32, crash_at: Option<u64>) -> u64 {
     const FILE: usize = 6 * 4096;
     let mut rng = StdRng::seed_from_u64(seed);
     let (sim, fs) = sim_fs(4 << 20, bs);
-    let ino = fs
-        .open(
-            &Cred::root(),
-            ROOT_INO,
-            b"f",
-            libc::O_CREAT | libc::O_RDWR,
-            0o644,
-        )
-        .expect("create")
-        .ino;
+    let ino = create(&fs, b"f");
     let mut content: Vec<u8> = (0..FILE).map(|i| (i / 7) as u8).collect();
     fs.write(ino, 0, &content).expect("lay out");
     fs.sync().expect("commit");

@@ -54,6 +54,19 @@ const _: () = assert!(WORD_VALUES + 8 * MAX_WORDS <= DATA_OFF);
 const _: () = assert!(DATA_CRC + 4 <= CHECKSUM);
 const _: () = assert!(DATA_MAX <= u16::MAX as usize);
 
+/// `words` (byte offset, value) as a record holds them, if they fit: at most [`MAX_WORDS`],
+/// each offset within a u16.
+pub(crate) fn packed_words(words: &[(usize, u64)]) -> Option<[(u16, u64); MAX_WORDS]> {
+    if words.len() > MAX_WORDS {
+        return None;
+    }
+    let mut word = [(0u16, 0u64); MAX_WORDS];
+    for (slot, (off, value)) in word.iter_mut().zip(words) {
+        *slot = (u16::try_from(*off).ok()?, *value);
+    }
+    Some(word)
+}
+
 /// Slots a data record of `len` bytes takes: its head and its bytes.
 #[inline]
 pub(crate) fn data_slots(len: usize) -> usize {
@@ -315,14 +328,17 @@ mod tests {
         assert_eq!(Record::decode(&many.encode(), 4096), None);
     }
 
+    /// Write record `r` into `area` (a log's slots) at its slot.
+    fn put(area: &mut [u8], r: Record) {
+        let capacity = (area.len() / RECORD_BYTES) as u64;
+        let slot = (r.seq % capacity) as usize * RECORD_BYTES;
+        area[slot..slot + RECORD_BYTES].copy_from_slice(&r.encode());
+    }
+
     #[test]
     fn replay_takes_one_lap_from_the_start_in_order_and_skips_the_rest() {
         let capacity = 8usize;
         let mut area = vec![0u8; capacity * RECORD_BYTES];
-        let put = |area: &mut Vec<u8>, r: Record| {
-            let slot = (r.seq % capacity as u64) as usize * RECORD_BYTES;
-            area[slot..slot + RECORD_BYTES].copy_from_slice(&r.encode());
-        };
         // An older lap (seq 3..8), then this one from 10: 10, 11, 13 (12 torn), 16 wrapped.
         for seq in 3..8 {
             put(&mut area, record(seq));
@@ -371,12 +387,7 @@ mod tests {
 
     #[test]
     fn a_data_record_replays_with_its_bytes_in_order_among_the_others() {
-        let capacity = 32usize;
-        let mut area = vec![0u8; capacity * RECORD_BYTES];
-        let put = |area: &mut Vec<u8>, r: Record| {
-            let slot = (r.seq % capacity as u64) as usize * RECORD_BYTES;
-            area[slot..slot + RECORD_BYTES].copy_from_slice(&r.encode());
-        };
+        let mut area = vec![0u8; 32 * RECORD_BYTES];
         put(&mut area, record(5));
         // 512 bytes: a head and five slots of bytes (120 each), numbers 6..=11.
         let (d, bytes) = data_record(6, 512);
@@ -441,6 +452,18 @@ mod tests {
             let b = &area[slot * RECORD_BYTES..(slot + 1) * RECORD_BYTES];
             assert_eq!(Record::decode(b, 4096), None, "slot {slot}");
         }
+    }
+
+    #[test]
+    fn words_pack_only_when_a_record_holds_them() {
+        let five: Vec<(usize, u64)> = (0..MAX_WORDS).map(|i| (i * 8, i as u64)).collect();
+        let packed = packed_words(&five).expect("five words");
+        assert_eq!(packed[4], (32, 4));
+        let mut six = five.clone();
+        six.push((40, 5));
+        assert_eq!(packed_words(&six), None);
+        assert_eq!(packed_words(&[(70_000, 1)]), None);
+        assert_eq!(packed_words(&[]), Some([(0, 0); MAX_WORDS]));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use crate::error::{Result, StoreError};
 use crate::header::{partition_of, StampMask};
 use crate::key::Key;
-use crate::log_record::{data_slots, DataRange, Record, DATA_MAX, MAX_WORDS, RECORD_BYTES};
+use crate::log_record::{data_slots, packed_words, DataRange, Record, DATA_MAX, RECORD_BYTES};
 use crate::node::Val;
 use crate::tree::Txn;
 
@@ -209,7 +209,7 @@ impl Inner {
 
     /// [`Inner::log_room`] for a record of `slots` slots.
     pub(super) fn log_room_for(&self, key: Key, patch_key: Key, slots: u64) -> bool {
-        let Some((_, blocks)) = self.header.log_area() else {
+        let Some((_, capacity)) = self.log_slots() else {
             return false;
         };
         let committed = self.header.committed_gen();
@@ -218,9 +218,15 @@ impl Inner {
         {
             return false;
         }
-        let capacity = u64::from(blocks) * self.layout.bs() / RECORD_BYTES as u64;
         let next = self.header.log_seq().load(Ordering::Acquire);
         next.saturating_sub(self.header.log_start()) + slots <= capacity
+    }
+
+    /// The log's first slot's region offset and its slots (128 bytes each), if it has one.
+    fn log_slots(&self) -> Option<(u64, u64)> {
+        let (first, blocks) = self.header.log_area()?;
+        let capacity = u64::from(blocks) * self.layout.bs() / RECORD_BYTES as u64;
+        Some((self.layout.offset(first), capacity))
     }
 
     /// Persist block `block`'s first `len` bytes (a logged write's value, before its publish:
@@ -244,18 +250,15 @@ impl Inner {
         words: &[(usize, u64)],
     ) -> Result<bool> {
         self.alloc.settle_logged(block);
-        let fits =
-            words.len() <= MAX_WORDS && words.iter().all(|(o, _)| *o <= usize::from(u16::MAX));
+        let word = packed_words(words);
         let seq = self.header.log_seq().fetch_add(1, Ordering::AcqRel);
-        let placed = match self.header.log_area() {
-            Some((first, blocks)) if fits => {
-                let capacity = u64::from(blocks) * self.layout.bs() / RECORD_BYTES as u64;
-                (seq.saturating_sub(self.header.log_start()) < capacity)
-                    .then(|| self.layout.offset(first) + seq % capacity * RECORD_BYTES as u64)
-            }
+        let placed = match (self.log_slots(), word) {
+            (Some((first, capacity)), Some(word)) => (seq.saturating_sub(self.header.log_start())
+                < capacity)
+                .then(|| (first + seq % capacity * RECORD_BYTES as u64, word)),
             _ => None,
         };
-        let Some(at) = placed else {
+        let Some((at, word)) = placed else {
             // Not in the log: the sync that follows commits it.
             let gen = self.header.working_gen();
             self.header
@@ -264,10 +267,6 @@ impl Inner {
                 .note_written(&StampMask::default(), Some(patch_key), gen);
             return Ok(false);
         };
-        let mut word = [(0u16, 0u64); MAX_WORDS];
-        for (slot, (off, value)) in word.iter_mut().zip(words) {
-            *slot = (*off as u16, *value);
-        }
         let record = Record {
             seq,
             key,
@@ -300,23 +299,15 @@ impl Inner {
         let (Ok(offset), Ok(n)) = (u16::try_from(at.offset), u16::try_from(data.len())) else {
             return Ok(false);
         };
-        if words.len() > MAX_WORDS || words.iter().any(|(o, _)| *o > usize::from(u16::MAX)) {
-            return Ok(false);
-        }
-        let Some((first, blocks)) = self.header.log_area() else {
+        let (Some(word), Some((first, capacity))) = (packed_words(words), self.log_slots()) else {
             return Ok(false);
         };
-        let capacity = u64::from(blocks) * self.layout.bs() / RECORD_BYTES as u64;
         let slots = data_slots(data.len()) as u64;
         let seq = self.header.log_seq().fetch_add(slots, Ordering::AcqRel);
         if seq.saturating_sub(self.header.log_start()) + slots > capacity
             || seq % capacity + slots > capacity
         {
             return Ok(false);
-        }
-        let mut word = [(0u16, 0u64); MAX_WORDS];
-        for (slot, (off, value)) in word.iter_mut().zip(words) {
-            *slot = (*off as u16, *value);
         }
         let record = Record {
             seq,
@@ -328,7 +319,7 @@ impl Inner {
             words: words.len() as u8,
             data: Some(DataRange { offset, len: n }),
         };
-        let off = self.layout.offset(first) + seq % capacity * RECORD_BYTES as u64;
+        let off = first + seq % capacity * RECORD_BYTES as u64;
         let bytes = slots * RECORD_BYTES as u64;
         record.write_data(data, self.region.bytes_mut(off, bytes));
         self.persist_or_fail(off, bytes)?;
