@@ -19,7 +19,7 @@
 //!   between the halves and the pairs leaves the blocks the last commit's), commits, and prints
 //!   `acked R` and `fast N` (pairs written in place so far).
 //! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight (`$IRIS_GROUP`) whole-block keys, each key of a
-//!   group in another 1 MiB region (so in several writer partitions); every round writes each
+//!   group in another region of the writer partitions (so in several of them); every round writes each
 //!   group twice, as one atomic write of its eight blocks (`Store::overwrite_blocks`, which
 //!   takes only the groups' partition locks, when it applies; else a batch), commits, and prints
 //!   `acked R` (the round value of the second write) and `fast N` (overwrites so far that took
@@ -61,9 +61,13 @@ fn group_size() -> u64 {
         .unwrap_or(8)
 }
 
-/// Key `j` of group `g` of the grouper: a region of the key space (256 keys) per member.
+/// Keys of one region of the store's writer partitions (`header::REGION_BITS`): keys of one
+/// high word in different regions take different partition locks.
+const REGION_KEYS: u64 = 1 << 14;
+
+/// Key `j` of group `g` of the grouper: a region of the key space per member.
 fn group_key(prefix: u64, g: u64, j: u64) -> Key {
-    Key::new(prefix, j * 300 + g)
+    Key::new(prefix, j * REGION_KEYS + g)
 }
 
 /// Write round `r` of group `g` atomically; true if it took the partition path.
