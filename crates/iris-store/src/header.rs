@@ -127,8 +127,8 @@ const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u6
 
 /// Keys sharing a high word and `lo >> REGION_BITS` share a writer partition: a file's blocks
 /// fall in 64 MiB regions (4 KiB blocks), and its regions take the partitions in turn from one
-/// its high word picks (three apart for consecutive high words), so writers of different parts of one file take different locks, and
-/// writers of different files mostly do too. Each write copies its bytes into its partition's
+/// its high word picks (three apart for consecutive high words), so writers of different parts
+/// of one file take different locks, and writers of different files mostly do too. Each write copies its bytes into its partition's
 /// undo record and takes its lock: a partition two processes write by turns passes those lines
 /// between their CPUs on every write. With 1 MiB regions every file spread over every
 /// partition: fio 4 KiB random writes, two jobs each on its own 128 MiB file, by hand, builds
