@@ -455,6 +455,10 @@ fn check_groups(s: &Store, prefix: u64, groups: u64, acked: Option<u64>, what: &
     check_groups_of(s, prefix, groups, 8, acked, what)
 }
 
+/// The grouper's members are this many keys apart (the worker's `group_key`): one region of
+/// the store's writer partitions each.
+const GROUP_STRIDE: u64 = 1 << 14;
+
 /// [`check_groups`] for groups of `size` blocks.
 fn check_groups_of(
     s: &Store,
@@ -468,7 +472,7 @@ fn check_groups_of(
     for g in 0..groups {
         let rounds: Vec<Option<u64>> = (0..size)
             .map(|j| {
-                let k = Key::new(prefix, j * 300 + g);
+                let k = Key::new(prefix, j * GROUP_STRIDE + g);
                 s.get_with(k, |v| {
                     let r = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
                     assert_eq!(v, block(prefix, k.lo, r).as_slice(), "{what}: {k:?} torn");
@@ -519,7 +523,7 @@ fn multi_block_overwrites_are_whole_or_absent_after_kill_9() {
         let victim = killed_at(&path, "grouper", prefix, groups, "overwrite-publish");
         let (acked, _) = victim.kill_counting();
         let keys: Vec<Key> = (0..groups)
-            .flat_map(|g| (0..8u64).map(move |j| Key::new(prefix, j * 300 + g)))
+            .flat_map(|g| (0..8u64).map(move |j| Key::new(prefix, j * GROUP_STRIDE + g)))
             .collect();
         // (The survivor, alive, may be mid-change in a partition these keys share at any one
         // look: the dead writer's sequences stay odd at every look.)
