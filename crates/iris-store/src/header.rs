@@ -126,24 +126,27 @@ const _: () = assert!(PART_HINT >= MUTEX_BYTES_USED);
 const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u64;
 
 /// Keys sharing a high word and `lo >> REGION_BITS` share a writer partition: a file's blocks
-/// fall in 64 MiB regions (4 KiB blocks), and its regions take the partitions in turn from one
-/// its high word picks (three apart for consecutive high words), so writers of different parts
-/// of one file take different locks, and writers of different files mostly do too. Each write copies its bytes into its partition's
-/// undo record and takes its lock: a partition two processes write by turns passes those lines
-/// between their CPUs on every write. With 1 MiB regions every file spread over every
-/// partition: fio 4 KiB random writes, two jobs each on its own 128 MiB file, by hand, builds
-/// alternated: 3.04M -> 3.45-3.49M IOPS; 512 B 4.54M -> 4.99-5.00M; two threads on the two
-/// halves of one file 3.22M -> 3.33-3.52M. (Earlier the same day, the host slower at passing
-/// lines between the two CPUs, the 1 MiB build ran the 4 KiB cell at 2.24-2.40M.)
-pub(crate) const REGION_BITS: u32 = 14;
+/// fall in 32 MiB regions (4 KiB blocks), which take [`FILE_PARTITIONS`] of the partitions in
+/// turn, from a start four apart for consecutive high words. So writers of different parts of
+/// one file take different locks (the two halves of a 128 MiB file take two each), and the
+/// files of consecutive inode numbers (made one after another) take none of each other's.
+/// Each write copies its bytes into its partition's undo record and takes its lock: a
+/// partition two processes write by turns passes those lines between their CPUs on every
+/// write. With 1 MiB regions hashed over all 8 partitions, every file took every partition.
+/// fio 4 KiB random writes, 128 MiB files, by hand, builds alternated, the host in its slower
+/// mode: two jobs each on its own file 2.19M -> 3.20-3.21M IOPS; two threads on the two halves
+/// of one file 2.23M -> 3.42-3.43M; two threads anywhere in one file 2.07M -> 1.99-2.10M. (With
+/// 64 MiB regions over all 8 partitions in turn, the last fell to 1.71M against 2.19M in the
+/// faster mode: two partitions for two writers of one file.)
+pub(crate) const REGION_BITS: u32 = 13;
+/// Partitions one high word's regions take in turn.
+pub(crate) const FILE_PARTITIONS: u64 = 4;
 
 /// The writer partition of `key`.
 #[inline]
 pub(crate) fn partition_of(key: Key) -> u64 {
-    // (Three apart: the files of consecutive inode numbers, made one after another, take
-    // different partitions for their first three regions; and every start is used.)
-    let start = key.hi.wrapping_mul(3);
-    start.wrapping_add(key.lo >> REGION_BITS) % PARTITIONS
+    let start = key.hi.wrapping_mul(FILE_PARTITIONS);
+    start.wrapping_add((key.lo >> REGION_BITS) % FILE_PARTITIONS) % PARTITIONS
 }
 
 /// The partitions of `keys`, one bit each.
@@ -687,10 +690,13 @@ mod tests {
                 let last = partition_of(Key::new(hi, ((r + 1) << REGION_BITS) - 1));
                 assert_eq!(first, last, "one region, one partition");
             }
-            // Two writers of the two halves of a file of two regions (or eight of eight) take
-            // different locks.
+            // Two writers of the two halves of a file of two regions take different locks; a
+            // file's regions take FILE_PARTITIONS partitions in all.
             assert_eq!(spread(hi, 2).count_ones(), 2);
-            assert_eq!(spread(hi, PARTITIONS).count_ones(), PARTITIONS as u32);
+            assert_eq!(
+                spread(hi, 2 * FILE_PARTITIONS).count_ones(),
+                FILE_PARTITIONS as u32
+            );
         }
     }
 
@@ -698,7 +704,7 @@ mod tests {
     fn files_of_consecutive_inodes_take_disjoint_partitions() {
         for ino in 1..100u64 {
             assert_eq!(
-                spread(ino, 3) & spread(ino + 1, 3),
+                spread(ino, 2 * FILE_PARTITIONS) & spread(ino + 1, 2 * FILE_PARTITIONS),
                 0,
                 "inodes {ino} and next"
             );

@@ -844,7 +844,7 @@ thread_local! {
 /// The partition whose share of the free space (lock, cursor, counters, in-flight slots,
 /// bitmap words) this thread allocates from first. A thread that keeps to one share keeps those
 /// lines in its own cache, and so do the frees of blocks it allocated there; the partition of
-/// the written key moves with every 64 MiB region of a file, so two writers allocating by it
+/// the written key moves with every 32 MiB region of a file, so two writers allocating by it
 /// would pass every line back and forth. Chosen from the thread's ids at first, then wherever
 /// the thread last found a lock free, so writers spread over the shares by themselves.
 pub(crate) fn home_share() -> u64 {

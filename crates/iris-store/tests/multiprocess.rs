@@ -457,7 +457,7 @@ fn check_groups(s: &Store, prefix: u64, groups: u64, acked: Option<u64>, what: &
 
 /// The grouper's members are this many keys apart (the worker's `group_key`): one region of
 /// the store's writer partitions each.
-const GROUP_STRIDE: u64 = 1 << 14;
+const GROUP_STRIDE: u64 = 1 << 13;
 
 /// [`check_groups`] for groups of `size` blocks.
 fn check_groups_of(

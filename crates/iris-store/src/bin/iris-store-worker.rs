@@ -63,7 +63,7 @@ fn group_size() -> u64 {
 
 /// Keys of one region of the store's writer partitions (`header::REGION_BITS`): keys of one
 /// high word in different regions take different partition locks.
-const REGION_KEYS: u64 = 1 << 14;
+const REGION_KEYS: u64 = 1 << 13;
 
 /// Key `j` of group `g` of the grouper: a region of the key space per member.
 fn group_key(prefix: u64, g: u64, j: u64) -> Key {
