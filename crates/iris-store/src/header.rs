@@ -136,8 +136,8 @@ const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u6
 /// fio 4 KiB random writes, 128 MiB files, by hand, builds alternated, the host in its slower
 /// mode: two jobs each on its own file 2.19M -> 3.20-3.21M IOPS; two threads on the two halves
 /// of one file 2.23M -> 3.42-3.43M; two threads anywhere in one file 2.07M -> 1.99-2.10M. (With
-/// 64 MiB regions over all 8 partitions in turn, the last fell to 1.71M against 2.19M in the
-/// faster mode: two partitions for two writers of one file.)
+/// 64 MiB regions over all 8 partitions in turn, the last fell to 1.71M against 2.19M in a
+/// pair of its own: two partitions for two writers of one file.)
 pub(crate) const REGION_BITS: u32 = 13;
 /// Partitions one high word's regions take in turn.
 pub(crate) const FILE_PARTITIONS: u64 = 4;
