@@ -138,9 +138,9 @@ const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u6
 /// of one file 2.23M -> 3.42-3.43M; two threads anywhere in one file 2.07M -> 1.99-2.10M. (With
 /// 64 MiB regions over all 8 partitions in turn, the last fell to 1.71M against 2.19M in a
 /// pair of its own: two partitions for two writers of one file.)
-pub(crate) const REGION_BITS: u32 = 13;
+const REGION_BITS: u32 = 13;
 /// Partitions one high word's regions take in turn.
-pub(crate) const FILE_PARTITIONS: u64 = 4;
+const FILE_PARTITIONS: u64 = 4;
 
 /// The writer partition of `key`.
 #[inline]

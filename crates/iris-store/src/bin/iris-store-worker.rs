@@ -18,10 +18,11 @@
 //!   in place (`Store::write_pair_in_place`; else both copied: another process's commit
 //!   between the halves and the pairs leaves the blocks the last commit's), commits, and prints
 //!   `acked R` and `fast N` (pairs written in place so far).
-//! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight (`$IRIS_GROUP`) whole-block keys, each key of a
-//!   group in another region of the writer partitions (so in several of them); every round writes each
-//!   group twice, as one atomic write of its eight blocks (`Store::overwrite_blocks`, which
-//!   takes only the groups' partition locks, when it applies; else a batch), commits, and prints
+//! - `grouper VOLUME PREFIX GROUPS`: GROUPS groups of eight (`$IRIS_GROUP`) whole-block keys,
+//!   each key of a group in another region of the writer partitions (so in several of them);
+//!   every round writes each group twice, as one atomic write of its eight blocks
+//!   (`Store::overwrite_blocks`, which takes only the groups' partition locks, when it applies;
+//!   else a batch), commits, and prints
 //!   `acked R` (the round value of the second write) and `fast N` (overwrites so far that took
 //!   the partition path).
 //! - `preparer VOLUME PREFIX GROUPS`: GROUPS groups of 16 whole-block keys (laid out as the
