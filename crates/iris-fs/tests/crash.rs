@@ -6,6 +6,9 @@
 //! through files' block maps, as the interposer's do (a block the map knows, written since the
 //! last commit, is overwritten where it is; a committed one must not be).
 
+mod common;
+use common::create;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -308,19 +311,6 @@ fn unlink_point(seed: u64) -> bool {
 fn power_loss_during_the_unlink_of_a_big_file_leaves_it_whole_or_gone() {
     let halfway = (0..12u64).filter(|&seed| unlink_point(seed)).count();
     assert!(halfway > 0, "no power loss landed between two purge steps");
-}
-
-/// Create (or open) file `name` in the root directory; its inode.
-fn create(fs: &Fs, name: &[u8]) -> u64 {
-    fs.open(
-        &Cred::root(),
-        ROOT_INO,
-        name,
-        libc::O_CREAT | libc::O_RDWR,
-        0o644,
-    )
-    .expect("create")
-    .ino
 }
 
 /// A file system on simulated media with two new files, `/a` and `/b`.

@@ -1,5 +1,8 @@
 //! POSIX semantics of iris-fs, each case checked against what Linux (tmpfs, through libc) does.
 
+mod common;
+use common::create;
+
 use std::ffi::CString;
 use std::sync::Arc;
 
@@ -635,20 +638,6 @@ fn fs_check_is_clean_after_real_work_and_finds_injected_damage() {
     assert!(fs.check().expect("check").problems.is_empty());
 }
 
-/// Two `Fs` over one volume, as two processes would map it (one shared working header).
-/// Create (or open) `path` as root in `fs`; its inode number.
-fn create(fs: &Fs, path: &[u8]) -> u64 {
-    fs.open(
-        &Cred::root(),
-        ROOT_INO,
-        path,
-        libc::O_CREAT | libc::O_RDWR,
-        0o644,
-    )
-    .expect("create")
-    .ino
-}
-
 /// Run `write` to its end in one thread while another calls `read(n)` for n = 0, 1, ...
 /// until `write` is done and at least 1 000 reads were made.
 fn race(write: impl FnOnce() + Send, mut read: impl FnMut(u64) + Send) {
@@ -668,6 +657,7 @@ fn race(write: impl FnOnce() + Send, mut read: impl FnMut(u64) + Send) {
     });
 }
 
+/// Two `Fs` over one volume, as two processes would map it (one shared working header).
 fn two_openers() -> (Fs, Fs) {
     let (sim, a) = sim_store();
     let b = Store::open_on(Box::new(sim), &same_boot()).expect("second opener");
