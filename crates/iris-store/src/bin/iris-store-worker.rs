@@ -22,9 +22,8 @@
 //!   each key of a group in another region of the writer partitions (so in several of them);
 //!   every round writes each group twice, as one atomic write of its eight blocks
 //!   (`Store::overwrite_blocks`, which takes only the groups' partition locks, when it applies;
-//!   else a batch), commits, and prints
-//!   `acked R` (the round value of the second write) and `fast N` (overwrites so far that took
-//!   the partition path).
+//!   else a batch), commits, and prints `acked R` (the round value of the second write) and
+//!   `fast N` (overwrites so far that took the partition path).
 //! - `preparer VOLUME PREFIX GROUPS`: GROUPS groups of 16 whole-block keys (laid out as the
 //!   grouper's);
 //!   every round writes each group in one transaction whose blocks were filled outside the
