@@ -535,23 +535,30 @@ impl Header {
     /// place, which move no stamp), are published in working generation `gen` (caller holds
     /// their locks, after publishing). A bucket's word only grows.
     pub fn note_written(&self, mask: &StampMask, also: Option<Key>, gen: u64) {
-        let note = |b: u64| {
-            let w = self.region.atomic_u64(self.off + WRITE_GENS + b * 8);
-            // Most writes of a generation find it noted already: no store, the line stays
-            // shared between writers.
-            if w.load(Ordering::Relaxed) < gen {
-                w.fetch_max(gen, Ordering::AcqRel);
-            }
-        };
         for (w, bits) in mask.0.iter().enumerate() {
             let mut bits = *bits;
             while bits != 0 {
-                note(w as u64 * 64 + u64::from(bits.trailing_zeros()));
+                self.note_written_bucket(w as u64 * 64 + u64::from(bits.trailing_zeros()), gen);
                 bits &= bits - 1;
             }
         }
         if let Some(k) = also {
-            note(stamp_bucket(k));
+            self.note_written_key(k, gen);
+        }
+    }
+
+    /// [`Header::note_written`] of one key's bucket alone.
+    #[inline]
+    pub fn note_written_key(&self, key: Key, gen: u64) {
+        self.note_written_bucket(stamp_bucket(key), gen);
+    }
+
+    fn note_written_bucket(&self, b: u64, gen: u64) {
+        let w = self.region.atomic_u64(self.off + WRITE_GENS + b * 8);
+        // Most writes of a generation find it noted already: no store, the line stays shared
+        // between writers.
+        if w.load(Ordering::Relaxed) < gen {
+            w.fetch_max(gen, Ordering::AcqRel);
         }
     }
 

@@ -1084,6 +1084,83 @@ fn a_whole_block_is_written_where_a_known_location_says_only_while_it_holds() {
 }
 
 #[test]
+fn an_overwrite_where_known_lands_only_while_everything_the_caller_saw_holds() {
+    // `overwrite_known`: the bytes where the caller's location says, nothing else moved; and
+    // nothing at all written when the location, the other key or the block's freshness no
+    // longer hold, or the bytes would run past the value.
+    let (_sim, s) = sim_store(8 << 20, 4096);
+    let key = Key::new(9, 2 << 56);
+    let inode = Key::new(10, 0);
+    s.put(inode, b"an inode").expect("put inode");
+    s.put_block(key, 3000, |out| out.fill(1)).expect("put");
+    let located = |s: &Store| {
+        s.read(|v| match v.get_located(key)? {
+            Some(iris_store::Located::Block(at)) => Ok(at),
+            _ => panic!("not out of line"),
+        })
+        .expect("read")
+    };
+    let value = |s: &Store| {
+        s.get_with(key, |v| v.to_vec())
+            .expect("get")
+            .expect("present")
+    };
+    let at = located(&s);
+    let known = iris_store::Known {
+        stamp: s.change_stamp(key),
+        at,
+    };
+    let unchanged = (inode, s.change_stamp(inode));
+    assert!(s
+        .overwrite_known(key, 100, b"hello", known, unchanged)
+        .expect("overwrite"));
+    assert_eq!(s.change_stamp(key), known.stamp, "the stamp moved");
+    assert_eq!(
+        s.change_stamp(inode),
+        unchanged.1,
+        "the other key's stamp moved"
+    );
+    assert_eq!(located(&s), at, "the value moved");
+    let mut want = vec![1u8; 3000];
+    want[100..105].copy_from_slice(b"hello");
+    assert_eq!(value(&s), want);
+    // Up to the value's end, not past it.
+    assert!(s
+        .overwrite_known(key, 2990, &[7u8; 10], known, unchanged)
+        .expect("to the end"));
+    want[2990..].fill(7);
+    assert!(!s
+        .overwrite_known(key, 2991, &[8u8; 10], known, unchanged)
+        .expect("past the end"));
+    assert_eq!(value(&s), want, "a refused write wrote");
+    // The other key changed: refused.
+    s.put(inode, b"an inode, changed").expect("put inode");
+    assert!(!s
+        .overwrite_known(key, 0, &[9u8; 10], known, unchanged)
+        .expect("other key moved"));
+    assert_eq!(value(&s), want, "a refused write wrote");
+    let unchanged = (inode, s.change_stamp(inode));
+    // The value moved (a copy to a new block): the old location is refused.
+    s.put_block(key, 3000, |out| out.copy_from_slice(&want))
+        .expect("copy");
+    assert!(!s
+        .overwrite_known(key, 0, &[9u8; 10], known, unchanged)
+        .expect("location moved"));
+    assert_eq!(value(&s), want, "a refused write wrote");
+    // Committed: the block is the commit's, never written in place.
+    let known = iris_store::Known {
+        stamp: s.change_stamp(key),
+        at: located(&s),
+    };
+    s.commit().expect("commit");
+    assert!(!s
+        .overwrite_known(key, 0, &[9u8; 10], known, unchanged)
+        .expect("committed"));
+    assert_eq!(value(&s), want, "a refused write wrote");
+    assert_eq!(s.verify().expect("verify").leaked_blocks, 0);
+}
+
+#[test]
 fn appends_into_a_blocks_tail_keep_its_location_and_move_its_stamp() {
     // An append into the unused tail of a block written since the last commit writes the new
     // bytes where they go and lengthens the value: same block, a new change stamp (locations

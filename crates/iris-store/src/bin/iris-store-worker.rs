@@ -11,7 +11,8 @@
 //!   key, found in the tree for the rest; copied when another process's commit came between);
 //!   prints `acked R` and `fast N` (writes in place so far) after each round's commit.
 //! - `patcher VOLUME PREFIX KEYS`: like `overwriter`, but each round rewrites every key in eight
-//!   512-byte writes (in place when the store allows, else by copying the block; see [`chunk`]).
+//!   512-byte writes (in place when the store allows, every other one by
+//!   `Store::overwrite_known`; else by copying the block; see [`chunk`]).
 //! - `pairer VOLUME PREFIX KEYS`: the patcher's keys (KEYS even); every round writes the first
 //!   half of each key (chunks 0-3) and the second half of each odd key as the patcher does,
 //!   then, for each even key i, chunks 4-7 of i and chunks 0-3 of i + 1 as one write of a pair
@@ -182,6 +183,31 @@ fn reset_appended(store: &Store, prefix: u64, i: u64) -> Result<(), String> {
 /// Bytes `data` at byte `at` of the (4 KiB) value of `k`: in place when the store allows, else
 /// by copying the block.
 fn write_or_copy(store: &Store, k: Key, at: usize, data: &[u8]) -> Result<(), String> {
+    // Every other chunk at the location the tree gives, by the leanest way
+    // (`Store::overwrite_known`), when it applies.
+    if (at / 512) % 2 == 1 {
+        let stamp = store.change_stamp(k);
+        let found = store
+            .read(|v| {
+                Ok(match v.get_located(k)? {
+                    Some(iris_store::Located::Block(at)) => Some(at),
+                    _ => None,
+                })
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(at_block) = found {
+            let known = iris_store::Known {
+                stamp,
+                at: at_block,
+            };
+            if store
+                .overwrite_known(k, at, data, known, (k, stamp))
+                .map_err(|e| e.to_string())?
+            {
+                return Ok(());
+            }
+        }
+    }
     let none = None::<iris_store::NoPatch>;
     let done = store
         .write_in_place(k, at, data, none, None)

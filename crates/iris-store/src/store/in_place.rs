@@ -353,6 +353,59 @@ impl Store {
         }
     }
 
+    /// The leanest write in place: `data` at byte `offset` of the out-of-line value of `key`,
+    /// in the block where the caller knows it is (`known`), when the write changes nothing but
+    /// those bytes: `then_unchanged` names a key and the change stamp at which the caller saw
+    /// that the write leaves it as it is (a file's inode, its size and times within the
+    /// clock's tick). Under the key's partition lock alone, as [`Store::write_in_place`] with
+    /// a patch it skips, without the transaction it would begin and publish. `false` (nothing
+    /// written) when any of that does not hold; the caller then writes another way.
+    pub fn overwrite_known(
+        &self,
+        key: Key,
+        offset: usize,
+        data: &[u8],
+        known: Known,
+        then_unchanged: (Key, u64),
+    ) -> Result<bool> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let at = known.at;
+        if data.len() as u64 > crate::undo::UNDO_MAX_BYTES
+            || offset
+                .checked_add(data.len())
+                .is_none_or(|e| e > at.len as usize)
+        {
+            return Ok(false);
+        }
+        inner.alloc.prefetch_fresh(at.block);
+        let p = partition_of(key);
+        let Some(_lock) = inner.lock_in_place(p, key, 1 << p)? else {
+            return Ok(false);
+        };
+        // The stamp has not moved since the caller saw the value there (no one can move it
+        // while this lock is held), the block is not the last commit's, and the other key is
+        // still as the caller saw it.
+        if inner.header.change_stamp(key) != known.stamp
+            || !inner.alloc.is_fresh(at.block)
+            || inner.header.change_stamp(then_unchanged.0) != then_unchanged.1
+        {
+            return Ok(false);
+        }
+        // The bytes change where readers may be copying them: they read again (see `View`).
+        let in_place = inner.header.in_place(1 << p);
+        inner.undo.write(p, at.block, offset as u64, data);
+        inner.latency.on_write(1);
+        // What a transaction's publish would note: the volume changed, and a sync of the key
+        // waits for this generation's commit.
+        inner.header.mark_dirty();
+        inner
+            .header
+            .note_written_key(key, inner.header.working_gen());
+        drop(in_place);
+        Ok(true)
+    }
+
     /// The two pieces of a write across a block boundary, each where it lies: `first.2` at
     /// byte `first.1` of the out-of-line value of key `first.0`, `second.2` at byte 0 of
     /// `second.0`'s: [`Store::write_pieces_in_place`] of those two pieces.
