@@ -3,7 +3,7 @@
 //! current boot: then the page cache kept every completed store, even if its writer was killed.
 //! After a reboot it is rebuilt from the newest superblock (see `recovery`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::error::StoreError;
 use crate::key::Key;
@@ -11,11 +11,11 @@ use crate::layout::Layout;
 use crate::region::Region;
 use crate::superblock::{SnapshotEntry, MAX_SNAPSHOTS, SNAP_ENTRY_BYTES};
 
-/// "IRISHDR2": the live header of a build whose writers partition keys as [`partition_of`]
-/// does (a build that partitions them otherwise must not share it: it refuses a header of
-/// another magic while others use it, and rebuilds it from the last commit and the intent log
-/// when alone).
-const HEADER_MAGIC: u64 = u64::from_le_bytes(*b"IRISHDR2");
+/// "IRISHDR3": the live header of a build whose writers partition keys as [`partition_of`]
+/// does and take the partition locks of `volume_lock` (a build that partitions them or locks
+/// otherwise must not share it: it refuses a header of another magic while others use it, and
+/// rebuilds it from the last commit and the intent log when alone).
+const HEADER_MAGIC: u64 = u64::from_le_bytes(*b"IRISHDR3");
 
 // Field offsets inside the header. Every field is an aligned u64.
 const MAGIC: u64 = 0;
@@ -97,7 +97,8 @@ const CHANGE_STAMPS: u64 = 4096;
 /// Writer partitions: keys are spread over them by high word; each has its own lock, so writers
 /// of different inodes do not wait for each other on the common path (see `Store`).
 pub(crate) const PARTITIONS: u64 = 8;
-/// One cache line per partition: its lock (a pthread mutex), its allocation cursor, its limbo count.
+/// One cache line per partition: its lock (see `volume_lock`), its allocation cursor, its limbo
+/// count.
 const PARTITION_LINES: u64 = 6144;
 const PARTITION_LINE: u64 = 64;
 const PART_HINT: u64 = 48;
@@ -121,9 +122,10 @@ const _: () = assert!(PARTITION_LINES + PARTITIONS * PARTITION_LINE <= LIMBO_LIS
 const _: () = assert!(LIMBO_LISTS + PARTITIONS * crate::readers::LIMBO_CAPACITY * 8 <= WRITE_SEQS);
 const _: () = assert!(RECENT_MASK + 64 <= UNDO_RECORDS);
 const _: () = assert!(undo_off(PARTITIONS) <= crate::layout::HEADER_BYTES);
-const _: () = assert!(PART_HINT >= MUTEX_BYTES_USED);
-/// Bytes of a pthread mutex (40 on x86-64 and AArch64 glibc), below the line's other words.
-const MUTEX_BYTES_USED: u64 = std::mem::size_of::<libc::pthread_mutex_t>() as u64;
+const _: () = assert!(PART_HINT >= LOCK_WAITERS + 4);
+/// A partition lock's words at the start of its line: the holder, then the waiter count.
+const LOCK_HOLDER: u64 = 0;
+const LOCK_WAITERS: u64 = 8;
 
 /// Keys sharing a high word and `lo >> REGION_BITS` share a writer partition: a file's blocks
 /// fall in 32 MiB regions (4 KiB blocks), which take [`FILE_PARTITIONS`] of the partitions in
@@ -600,12 +602,14 @@ impl Header {
         self.region.atomic_u64(self.off + RECENT_MASK)
     }
 
-    /// Pointer to the lock of writer partition `p`.
-    pub fn mutex_ptr(&self, p: u64) -> *mut libc::pthread_mutex_t {
-        self.region.ptr(
-            self.off + PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE,
-            MUTEX_BYTES_USED,
-        ) as *mut libc::pthread_mutex_t
+    /// The words of writer partition `p`'s lock (see `volume_lock`): its holder, and the
+    /// count of its sleeping waiters.
+    pub(crate) fn lock_words(&self, p: u64) -> (&AtomicU64, &AtomicU32) {
+        let at = self.off + PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE;
+        (
+            self.region.atomic_u64(at + LOCK_HOLDER),
+            self.region.atomic_u32(at + LOCK_WAITERS),
+        )
     }
 
     /// Partition `p`'s allocation cursor (a word index of the working bitmap).

@@ -119,6 +119,16 @@ impl Region {
         unsafe { &*(self.base.add(off as usize) as *const AtomicU64) }
     }
 
+    /// A 4-byte word shared between processes (a lock's waiter count).
+    #[inline]
+    pub(crate) fn atomic_u32(&self, off: u64) -> &std::sync::atomic::AtomicU32 {
+        self.check(off, 4);
+        assert_eq!(off % 4, 0, "atomic half-word not aligned");
+        // SAFETY: in bounds, 4-byte aligned (the mapping is page aligned), and AtomicU32 has the
+        // layout of u32; the memory lives as long as the Region.
+        unsafe { &*(self.base.add(off as usize) as *const std::sync::atomic::AtomicU32) }
+    }
+
     /// Publish `v` at `off` with one aligned 8-byte store (see DESIGN: publish by one atomic store).
     #[inline]
     pub(crate) fn publish_u64(&self, off: u64, v: u64) {
@@ -176,12 +186,5 @@ impl Region {
                 len as usize,
             )
         }
-    }
-
-    /// Raw pointer at `off` (for the process-shared mutex, which libc addresses by pointer).
-    pub(crate) fn ptr(&self, off: u64, len: u64) -> *mut u8 {
-        self.check(off, len);
-        // SAFETY: in bounds.
-        unsafe { self.base.add(off as usize) }
     }
 }

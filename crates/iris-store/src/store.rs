@@ -597,11 +597,11 @@ impl Inner {
     /// Take every partition's lock, in order: the volume lock, for anything that changes the
     /// tree's shape, commits, or walks it whole.
     fn lock(&self) -> Result<Guard<'_>> {
-        let mut died = [false; PARTITIONS as usize];
+        let mut died = false;
         for p in 0..PARTITIONS {
             match volume_lock::lock(&self.header, p) {
                 Ok(Acquired::Clean) => {}
-                Ok(Acquired::OwnerDied) => died[p as usize] = true,
+                Ok(Acquired::OwnerDied) => died = true,
                 Err(e) => {
                     for q in (0..p).rev() {
                         volume_lock::unlock(&self.header, q);
@@ -614,7 +614,7 @@ impl Inner {
             inner: self,
             only: None,
         };
-        if died.iter().any(|d| *d) || self.header.repair_needed() {
+        if died || self.header.repair_needed() {
             self.header.set_repair_needed(true);
             // A holder died mid-operation. The tree is consistent (publish by one store); it may
             // have published without moving the change stamps, so move them all first, then
@@ -623,13 +623,7 @@ impl Inner {
             self.undo.roll_back();
             self.header.settle_write_seqs();
             let cx = self.cx();
-            let repaired = commit::reconcile(&cx).and_then(|_| recovery::collect(&cx));
-            for (p, d) in died.iter().enumerate() {
-                if *d {
-                    volume_lock::mark_consistent(&self.header, p as u64);
-                }
-            }
-            repaired?;
+            commit::reconcile(&cx).and_then(|_| recovery::collect(&cx))?;
             self.header.set_repair_needed(false);
         }
         Ok(guard)
@@ -782,7 +776,6 @@ impl Inner {
             Acquired::OwnerDied => {
                 // The repair needs every lock, taken in order: hand this one back, marked.
                 self.header.set_repair_needed(true);
-                volume_lock::mark_consistent(&self.header, p);
                 volume_lock::unlock(&self.header, p);
                 self.lock()
             }

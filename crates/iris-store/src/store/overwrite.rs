@@ -257,7 +257,6 @@ pub(super) fn lock_partitions(inner: &Inner, held: u64) -> Result<Option<[Option
             }
             Acquired::OwnerDied => {
                 inner.header.set_repair_needed(true);
-                volume_lock::mark_consistent(&inner.header, p);
                 volume_lock::unlock(&inner.header, p);
                 return Ok(None);
             }
