@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use iris_store::BlockRef;
 
-use crate::inode::{Inode, INODE_BYTES};
+use crate::inode::{self, Inode, INODE_BYTES};
 use crate::range_lock::RangeLock;
 
 /// Slots of the inode table (a power of two).
@@ -50,6 +50,18 @@ impl<const N: usize> Slot<N> {
             return None;
         }
         let out: [u64; N] = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(out)
+    }
+
+    /// A consistent copy of the words at `at`, or `None` as for [`Slot::read`].
+    #[inline]
+    fn read_words<const M: usize>(&self, at: [usize; M]) -> Option<[u64; M]> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let out: [u64; M] = at.map(|i| self.words[i].load(Ordering::Relaxed));
         fence(Ordering::Acquire);
         (self.seq.load(Ordering::Relaxed) == s1).then_some(out)
     }
@@ -233,6 +245,41 @@ impl Caches {
             chunk.copy_from_slice(&word.to_le_bytes());
         }
         Inode::decode(ino, &bytes).ok()
+    }
+
+    /// Whether the inode record of `ino` cached at change stamp `stamp` is a file a write of
+    /// bytes ending at `end` at time `now` leaves as it is: not a directory, not shadowed, at
+    /// least `end` bytes long, its times `now` already. `false` when it is not cached so. Only
+    /// the words it needs, not the whole record (a write's look at its inode).
+    #[inline]
+    pub fn inode_unchanged_by_write(&self, ino: u64, stamp: u64, end: u64, now: i64) -> bool {
+        // Words of the slot: ino, stamp, then the record's (see `Inode::encode`).
+        const MODE: usize = 2;
+        const SIZE: usize = 2 + inode::SIZE_OFF / 8;
+        const MTIME: usize = 2 + inode::MTIME_OFF / 8;
+        const CTIME: usize = 2 + inode::CTIME_OFF / 8;
+        const FLAGS: usize = 2 + inode::FLAGS_OFF / 8;
+        let slot = self.inodes.slot(mix(ino, u64::MAX));
+        let Some([i, s, mode, size, mtime, ctime, flags]) =
+            slot.read_words([0, 1, MODE, SIZE, MTIME, CTIME, FLAGS])
+        else {
+            return false;
+        };
+        let inode = Inode {
+            ino,
+            mode: mode as u32,
+            size,
+            flags,
+            ..Inode::default()
+        };
+        i == ino
+            && s == stamp
+            && ino != 0
+            && !inode.is_dir()
+            && !inode.is_shadowed()
+            && size >= end
+            && mtime == now as u64
+            && ctime == now as u64
     }
 
     /// Remember the inode record of `ino`, read at change stamp `stamp`. Nothing is written when
@@ -630,6 +677,50 @@ mod tests {
 
     fn at(block: u64) -> BlockRef {
         BlockRef::unpack(block << 17 | 4096).expect("non-zero")
+    }
+
+    #[test]
+    fn a_cached_inode_says_which_writes_leave_it_as_it_is() {
+        let c = Caches::new();
+        let now = 1_000_000_007i64;
+        let file = Inode {
+            mtime_ns: now,
+            ctime_ns: now,
+            ..inode(9, 1000)
+        };
+        c.put_inode(&file, 5);
+        assert!(c.inode_unchanged_by_write(9, 5, 1000, now));
+        assert!(c.inode_unchanged_by_write(9, 5, 1, now));
+        assert!(
+            !c.inode_unchanged_by_write(9, 5, 1001, now),
+            "grows the file"
+        );
+        assert!(
+            !c.inode_unchanged_by_write(9, 5, 10, now + 1),
+            "another tick"
+        );
+        assert!(!c.inode_unchanged_by_write(9, 6, 10, now), "another stamp");
+        assert!(!c.inode_unchanged_by_write(10, 5, 10, now), "another inode");
+        let old_ctime = Inode {
+            ctime_ns: now - 1,
+            ..file
+        };
+        c.put_inode(&old_ctime, 7);
+        assert!(!c.inode_unchanged_by_write(9, 7, 10, now), "ctime moves");
+        let dir = Inode {
+            mode: libc::S_IFDIR | 0o755,
+            ..file
+        };
+        c.put_inode(&dir, 8);
+        assert!(!c.inode_unchanged_by_write(9, 8, 10, now), "a directory");
+        let shadowed = Inode {
+            flags: Inode::SHADOWED,
+            ..file
+        };
+        c.put_inode(&shadowed, 9);
+        assert!(!c.inode_unchanged_by_write(9, 9, 10, now), "shadowed");
+        c.put_inode(&file, 10);
+        assert!(c.inode_unchanged_by_write(9, 10, 10, now));
     }
 
     #[test]

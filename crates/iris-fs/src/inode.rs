@@ -8,6 +8,7 @@ pub(crate) const SIZE_OFF: usize = 16;
 pub(crate) const MTIME_OFF: usize = 32;
 pub(crate) const CTIME_OFF: usize = 40;
 pub(crate) const BLOCKS_OFF: usize = 56;
+pub(crate) const FLAGS_OFF: usize = 72;
 
 /// Bytes of an encoded inode record.
 pub(crate) const INODE_BYTES: usize = 88;
@@ -86,7 +87,7 @@ impl Inode {
         b[48..56].copy_from_slice(&self.rdev.to_le_bytes());
         b[56..64].copy_from_slice(&self.blocks.to_le_bytes());
         b[64..72].copy_from_slice(&self.parent.to_le_bytes());
-        b[72..80].copy_from_slice(&self.flags.to_le_bytes());
+        b[FLAGS_OFF..FLAGS_OFF + 8].copy_from_slice(&self.flags.to_le_bytes());
         b
     }
 
@@ -113,7 +114,7 @@ impl Inode {
             rdev: u64_at(48),
             blocks: u64_at(56),
             parent: u64_at(64),
-            flags: u64_at(72),
+            flags: u64_at(FLAGS_OFF),
         })
     }
 }

@@ -455,28 +455,36 @@ impl Fs {
         let sync_expected = self.sync_hints.take(ino);
         let data_key = key(ino, Kind::Data, first);
         if first == last {
-            let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
-                return Ok(None);
-            };
             // Where the file's map says the block is: `known` at the data's stamp now, else
             // where it was last seen (a hint).
             let (known, seen) = match file {
                 Some(f) => block_location(&self.store, f, first, data_key),
                 None => (None, None),
             };
-            // Bytes only (the map knows the block, the inode stays as it is): the store's
-            // leanest way, no transaction (fio 512 B random writes by hand: see `overwrite_known`).
-            if let (Some(k), Some(s), false, None) = (known, skip, sync_expected, cond) {
-                let in_block = (off & (bs - 1)) as usize;
+            // Bytes only (the map knows the block; the cached inode says the write leaves it as
+            // it is, which the store checks under its lock): the store's leanest way, no
+            // transaction, and of the inode only the words that say so.
+            if let (Some(k), false, None) = (known, sync_expected, cond) {
                 let inode_key = key(ino, Kind::Inode, 0);
-                if self
-                    .store
-                    .overwrite_known(data_key, in_block, data, k, (inode_key, s))
-                    .map_err(store_err)?
+                let stamp = self.store.change_stamp(inode_key);
+                if self.caches.inode_unchanged_by_write(ino, stamp, end, now)
+                    && self
+                        .store
+                        .overwrite_known(
+                            data_key,
+                            (off & (bs - 1)) as usize,
+                            data,
+                            k,
+                            (inode_key, stamp),
+                        )
+                        .map_err(store_err)?
                 {
                     return Ok(Some(data.len()));
                 }
             }
+            let Some((inode, skip)) = self.inode_for_write(ino, end, now, honor_shadow)? else {
+                return Ok(None);
+            };
             // After any one-block write: where the block now is, into the map.
             let remember = |put: &BlockPut| {
                 if let Some(f) = file {
