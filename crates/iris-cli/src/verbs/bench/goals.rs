@@ -1,10 +1,12 @@
 //! The targets issues #6 and #4 set, checked against one run's ratios: Iris within 90% of the
 //! bare-interposer ceiling on every fio cell; warm-cache speedups over the best kernel file
 //! system (tmpfs, ext4, xfs); two jobs nearly twice one; two threads on one file (issue #4)
-//! 1.7x one job; fdatasync writes against ext4; direct=1 against the better of ext4 and xfs. (tmpfs accepts O_DIRECT but has no device to go direct
-//! to: its direct=1 numbers are its page cache's, so they are shown but not the bar for the
-//! direct=1 target.)
+//! 1.7x one job; fdatasync writes against ext4; direct=1 against the better of ext4 and xfs
+//! (tmpfs accepts O_DIRECT but has no device to go direct to: its direct=1 numbers are its page
+//! cache's, so they are shown but not the bar for the direct=1 target); Redis and SQLite, every
+//! operation durable, 3x ext4.
 
+use super::apps::AppResult;
 use super::cells::{block_label, Cell, Mode, Rw};
 use super::results::{find, ratio, CellResult};
 use super::targets::TargetKind;
@@ -37,6 +39,11 @@ const ONE_FILE_SCALING: f64 = 1.7;
 const DURABLE_OVER_EXT4: f64 = 10.0;
 /// direct=1 against the better of ext4 and xfs.
 const DIRECT_OVER_BLOCK_FS: f64 = 25.0;
+/// Redis with `appendfsync always` and SQLite with `synchronous=FULL` against ext4: the
+/// applications whose every operation is durable (see `apps`; db_bench has no such goal).
+const DURABLE_APP_OVER_EXT4: f64 = 3.0;
+/// The applications [`DURABLE_APP_OVER_EXT4`] applies to, by the start of their names.
+const DURABLE_APPS: [&str; 2] = ["redis ", "sqlite3 "];
 /// The file systems direct=1 goes to a device on.
 const BLOCK_FS: [TargetKind; 2] = [TargetKind::Ext4, TargetKind::Xfs];
 
@@ -51,8 +58,9 @@ fn warm_speedup(rw: Rw, block_bytes: u32) -> Option<f64> {
     }
 }
 
-/// Every goal that applies to the cells of `results`.
-pub fn evaluate(results: &[CellResult]) -> Vec<Goal> {
+/// Every goal that applies to the cells of `results` and to the applications of `apps` (none
+/// when they did not run).
+pub fn evaluate(results: &[CellResult], apps: &[AppResult]) -> Vec<Goal> {
     let mut goals = Vec::new();
     let mut add = |name: String, required: f64, measured: Option<f64>| {
         goals.push(Goal {
@@ -119,6 +127,15 @@ pub fn evaluate(results: &[CellResult]) -> Vec<Goal> {
             );
         }
     }
+    for app in apps {
+        if DURABLE_APPS.iter().any(|a| app.name.starts_with(a)) {
+            add(
+                format!("iris / ext4, {}", app.name),
+                DURABLE_APP_OVER_EXT4,
+                app.ratio(),
+            );
+        }
+    }
     goals
 }
 
@@ -170,7 +187,7 @@ mod tests {
                 r
             })
             .collect();
-        let goals = evaluate(&results);
+        let goals = evaluate(&results, &[]);
         let count = |prefix: &str| goals.iter().filter(|g| g.name.starts_with(prefix)).count();
         assert_eq!(count("iris / floor"), 21);
         assert_eq!(count("iris / best kernel"), 8);
@@ -192,5 +209,49 @@ mod tests {
             "iris 2 threads on one file / 1 job, randwrite 4K warm"
         );
         assert_eq!((shared.required, shared.measured), (1.7, Some(2.0)));
+    }
+
+    #[test]
+    fn redis_and_sqlite_against_ext4_are_goals_db_bench_is_not() {
+        let app = |name: &str, iris: Result<f64, String>, ext4: f64| AppResult {
+            name: name.into(),
+            detail: String::new(),
+            iris,
+            ext4: Ok(ext4),
+            unsynced: Ok(1.0),
+        };
+        let apps = [
+            app("redis SET, appendfsync always", Ok(15_700.0), 6_000.0),
+            app("sqlite3 INSERT, synchronous=FULL", Ok(19_100.0), 2_730.0),
+            app("db_bench fillrandom", Ok(355.0), 298.0),
+        ];
+        let goals = evaluate(&[], &apps);
+        let got: Vec<_> = goals
+            .iter()
+            .map(|g| (g.name.as_str(), g.required, g.met()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "iris / ext4, redis SET, appendfsync always",
+                    3.0,
+                    Some(false)
+                ),
+                (
+                    "iris / ext4, sqlite3 INSERT, synchronous=FULL",
+                    3.0,
+                    Some(true)
+                ),
+            ]
+        );
+        let failed = [app(
+            "redis SET, appendfsync always",
+            Err("no redis".into()),
+            1.0,
+        )];
+        let goals = evaluate(&[], &failed);
+        assert_eq!(goals.len(), 1);
+        assert_eq!(goals[0].met(), None, "not measured");
     }
 }

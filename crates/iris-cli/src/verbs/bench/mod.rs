@@ -165,7 +165,7 @@ pub fn run(args: BenchArgs) -> Outcome {
             .filter(|k| results.iter().any(|r| r.by_target.contains_key(k)))
             .collect(),
         skipped,
-        goals: goals::evaluate(&results),
+        goals: goals::evaluate(&results, &apps),
         results,
         apps,
     };
