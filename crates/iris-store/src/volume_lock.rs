@@ -12,7 +12,8 @@
 //! then may miss its wake-up, and finds the lock free when its sleep ends. A waiter that finds
 //! the holder gone (its thread exited, or its process is dead or a zombie) takes the lock over
 //! and hears [`Acquired::OwnerDied`], as a robust mutex's `EOWNERDEAD`: the holder may have died
-//! mid-change, and the caller repairs.
+//! mid-change, and the caller repairs. Holders are named by the ids of their own pid namespace,
+//! as the reader slots' owners are (see `readers`): processes sharing a volume share one.
 
 use crate::error::Result;
 use crate::header::Header;
@@ -167,8 +168,9 @@ fn holder_alive(owner: u64) -> bool {
                 .and_then(|i| stat.get(i + 2));
             !matches!(state, Some(b'Z' | b'X'))
         }
-        // Gone meanwhile; or no /proc here: taken as alive (the wait goes on).
-        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        // Gone since the signal's check; or no /proc here (this process's own entry missing
+        // too), where a live thread is all that can be told: taken as alive.
+        Err(_) => std::fs::metadata("/proc/self/stat").is_err(),
     }
 }
 
