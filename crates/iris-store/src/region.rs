@@ -123,7 +123,7 @@ impl Region {
     #[inline]
     pub(crate) fn atomic_u32(&self, off: u64) -> &std::sync::atomic::AtomicU32 {
         self.check(off, 4);
-        assert_eq!(off % 4, 0, "atomic half-word not aligned");
+        assert_eq!(off % 4, 0, "atomic 4-byte word not aligned");
         // SAFETY: in bounds, 4-byte aligned (the mapping is page aligned), and AtomicU32 has the
         // layout of u32; the memory lives as long as the Region.
         unsafe { &*(self.base.add(off as usize) as *const std::sync::atomic::AtomicU32) }
