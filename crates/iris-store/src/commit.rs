@@ -12,7 +12,7 @@
 //!    references become reusable.
 //!
 //! A process killed between 2 and 3 leaves the header behind the superblocks; `reconcile` (run by
-//! the next locker, which gets EOWNERDEAD) redoes step 3 from the superblock.
+//! the next locker, which hears `OwnerDied`, see `volume_lock`) redoes step 3 from the superblock.
 
 use crate::error::Result;
 use crate::node::{Node, Val};

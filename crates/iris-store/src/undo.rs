@@ -2,10 +2,10 @@
 //! that no commit or snapshot reaches yet changes the block where it is instead of copying the
 //! whole block, under its partition's lock. Power loss cannot tear it (the block is not part of
 //! the last commit), but a process killed in the middle of the copy could; so the new bytes go
-//! first into the partition's record in the working header, and a repair (the next locker gets
-//! `EOWNERDEAD`) copies them again: the write is then whole, never torn. (The record holds the
-//! new bytes rather than the old ones so that the write never loads the block's old bytes: the
-//! block is usually cold, and its load was a quarter of a small write's time.)
+//! first into the partition's record in the working header, and a repair (the next locker hears
+//! `OwnerDied`, see `volume_lock`) copies them again: the write is then whole, never torn. (The
+//! record holds the new bytes rather than the old ones so that the write never loads the block's
+//! old bytes: the block is usually cold, and its load was a quarter of a small write's time.)
 //!
 //! The same record also serves overwrites of several blocks under their partitions' locks (see
 //! `Store::overwrite_blocks`): each new block is published in its leaf slot by one store, so a
