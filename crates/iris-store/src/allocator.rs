@@ -22,13 +22,9 @@ use crate::region::Region;
 /// [`Allocator::wait_for_grow_ahead`]): 64 MiB took ~5-15 ms here.
 const GROW_AHEAD_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Whether process `pid` exists (signal 0 delivers nothing; EPERM: it exists, not ours).
+/// Whether process `pid` exists (see `liveness`).
 fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+    libc::pid_t::try_from(pid).is_ok_and(crate::liveness::process_exists)
 }
 
 /// Bytes the volume grows by at least, when it runs out of blocks.

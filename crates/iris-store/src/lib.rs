@@ -16,6 +16,7 @@ mod failpoint;
 mod header;
 mod key;
 mod layout;
+mod liveness;
 // The intent log's records: a proposal of session 24, tested but not wired yet.
 mod log_record;
 mod message;

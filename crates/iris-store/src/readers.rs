@@ -84,12 +84,9 @@ pub(crate) fn me() -> u64 {
     })
 }
 
+/// Whether the process of a slot's owner (see [`me`]) exists.
 fn alive(owner: u64) -> bool {
-    let pid = (owner >> 32) as i32;
-    // SAFETY: signal 0 only checks that the process exists.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    crate::liveness::process_exists((owner >> 32) as libc::pid_t)
 }
 
 /// A claimed reader slot; clears itself on drop.

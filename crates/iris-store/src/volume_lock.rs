@@ -25,26 +25,25 @@ const _: () = assert!(cfg!(target_endian = "little"));
 
 /// Set every partition's lock free. Only while no other process can use them (under the
 /// exclusive advisory lock during recovery, or at creation).
-pub(crate) fn init(header: &Header) -> Result<()> {
+pub(crate) fn init(header: &Header) {
     for p in 0..crate::header::PARTITIONS {
         let (holder, waiters) = header.lock_words(p);
         holder.store(0, Ordering::Release);
         waiters.store(0, Ordering::Release);
     }
-    Ok(())
 }
 
 /// Set every partition's lock up afresh for an opener alone with the volume (it holds the
 /// exclusive advisory lock, so no thread anywhere holds one of these): whether any read held
 /// (its holder died mid-change, or the header was copied from a volume in use, naming a thread
 /// that will never let go), in which case the caller repairs as after a dead holder.
-pub(crate) fn reset_alone(header: &Header) -> Result<bool> {
+pub(crate) fn reset_alone(header: &Header) -> bool {
     let mut held = false;
     for p in 0..crate::header::PARTITIONS {
         held |= header.lock_words(p).0.load(Ordering::Acquire) != 0;
     }
-    init(header)?;
-    Ok(held)
+    init(header);
+    held
 }
 
 /// Outcome of taking the lock.
@@ -146,32 +145,9 @@ pub(crate) fn unlock(header: &Header, p: u64) {
     }
 }
 
-/// Whether the thread named by the holder word `owner` (pid << 32 | tid) still runs: its
-/// thread exists in its process, and the process is not a zombie (a killed process keeps its
-/// id until its parent reaps it).
+/// Whether the thread named by the holder word `owner` (pid << 32 | tid) still runs.
 fn holder_alive(owner: u64) -> bool {
-    let (pid, tid) = ((owner >> 32) as libc::pid_t, owner as u32 as libc::pid_t);
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the thread exists and may be signalled.
-    let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) };
-    if rc != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
-        return false;
-    }
-    // A zombie's state in /proc/PID/stat, after the parenthesised command name: Z (or X).
-    match std::fs::read(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .iter()
-                .rposition(|&b| b == b')')
-                .and_then(|i| stat.get(i + 2));
-            !matches!(state, Some(b'Z' | b'X'))
-        }
-        // Gone since the signal's check; or no /proc here (this process's own entry missing
-        // too), where a live thread is all that can be told: taken as alive.
-        Err(_) => std::fs::metadata("/proc/self/stat").is_err(),
-    }
+    crate::liveness::thread_runs((owner >> 32) as libc::pid_t, owner as u32 as libc::pid_t)
 }
 
 /// The address of the futex word in the holder word: its low half.
@@ -310,35 +286,5 @@ mod tests {
         unlock(&h, 2);
         assert!(matches!(lock(&h, 2), Ok(Acquired::Clean)));
         unlock(&h, 2);
-    }
-
-    #[test]
-    fn a_zombie_or_reaped_process_holds_nothing_a_running_one_does() {
-        let word = |pid: u32| (u64::from(pid) << 32) | u64::from(pid);
-        let mut running = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("spawn sleep");
-        assert!(holder_alive(word(running.id())));
-        assert!(holder_alive(crate::readers::me()), "this thread");
-        let mut quick = std::process::Command::new("true").spawn().expect("spawn");
-        let pid = quick.id();
-        // Exited, not yet reaped: a zombie.
-        let stat = format!("/proc/{pid}/stat");
-        let start = Instant::now();
-        while !std::fs::read_to_string(&stat).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z'))
-        }) {
-            assert!(start.elapsed() < Duration::from_secs(10), "never a zombie");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(!holder_alive(word(pid)), "a zombie");
-        quick.wait().expect("reap");
-        assert!(!holder_alive(word(pid)), "reaped");
-        running.kill().expect("kill");
-        running.wait().expect("reap");
-        assert!(!holder_alive(word(running.id())), "killed and reaped");
     }
 }

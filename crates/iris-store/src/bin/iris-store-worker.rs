@@ -180,28 +180,29 @@ fn reset_appended(store: &Store, prefix: u64, i: u64) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// Where the tree says `k`'s out-of-line value is, with the change stamp read before the
+/// lookup (`None` when absent or inline).
+fn known_location(store: &Store, k: Key) -> Result<Option<iris_store::Known>, String> {
+    store
+        .read(|view| {
+            let stamp = view.change_stamp(k);
+            Ok(match view.get_located(k)? {
+                Some(iris_store::Located::Block(at)) => Some(iris_store::Known { stamp, at }),
+                _ => None,
+            })
+        })
+        .map_err(|e| e.to_string())
+}
+
 /// Bytes `data` at byte `at` of the (4 KiB) value of `k`: in place when the store allows, else
 /// by copying the block.
 fn write_or_copy(store: &Store, k: Key, at: usize, data: &[u8]) -> Result<(), String> {
     // Every other chunk at the location the tree gives, by the leanest way
     // (`Store::overwrite_known`), when it applies.
     if (at / 512) % 2 == 1 {
-        let stamp = store.change_stamp(k);
-        let found = store
-            .read(|v| {
-                Ok(match v.get_located(k)? {
-                    Some(iris_store::Located::Block(at)) => Some(at),
-                    _ => None,
-                })
-            })
-            .map_err(|e| e.to_string())?;
-        if let Some(at_block) = found {
-            let known = iris_store::Known {
-                stamp,
-                at: at_block,
-            };
+        if let Some(known) = known_location(store, k)? {
             if store
-                .overwrite_known(k, at, data, known, (k, stamp))
+                .overwrite_known(k, at, data, known, (k, known.stamp))
                 .map_err(|e| e.to_string())?
             {
                 return Ok(());
@@ -308,17 +309,7 @@ fn run() -> Result<(), String> {
                         .put_block(k, v.len(), |out| out.copy_from_slice(&v))
                         .map_err(|e| e.to_string())?;
                     let known = if i % 2 == 0 {
-                        store
-                            .read(|view| {
-                                let stamp = view.change_stamp(k);
-                                Ok(match view.get_located(k)? {
-                                    Some(iris_store::Located::Block(at)) => {
-                                        Some(iris_store::Known { stamp, at })
-                                    }
-                                    _ => None,
-                                })
-                            })
-                            .map_err(|e| e.to_string())?
+                        known_location(&store, k)?
                     } else {
                         None
                     };

@@ -42,7 +42,7 @@ fn recover(
     region
         .bytes_mut(layout.header_off, crate::layout::HEADER_BYTES)
         .fill(0);
-    volume_lock::init(&header)?;
+    volume_lock::init(&header);
     header.seed_shape_seq(shape_seed());
     header.set_backed_blocks(sb.backed_blocks);
     alloc.reset();
@@ -330,7 +330,7 @@ impl Store {
         region
             .bytes_mut(layout.header_off, crate::layout::HEADER_BYTES)
             .fill(0);
-        volume_lock::init(&header)?;
+        volume_lock::init(&header);
         header.seed_shape_seq(shape_seed());
         header.set_backed_blocks(backed_blocks);
         alloc.reset();
@@ -436,7 +436,7 @@ impl Store {
             if header.backed_blocks() > backed / layout.bs() {
                 media.grow(layout.offset(header.backed_blocks()))?;
             }
-            if opener == Opener::Alone && volume_lock::reset_alone(&header)? {
+            if opener == Opener::Alone && volume_lock::reset_alone(&header) {
                 header.set_repair_needed(true);
             }
         } else if may_recover {
