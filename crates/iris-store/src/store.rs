@@ -1888,6 +1888,14 @@ impl Store {
     /// Commit unless, once every lock is held, generation `target` is committed already.
     fn commit_to(&self, target: u64) -> Result<u64> {
         let inner = &*self.inner;
+        // Nothing published since the last commit: nothing to do, and no lock to wait for (a
+        // committer that would find the same holds every lock, and hands them on). A publish
+        // marks the tree dirty holding a lock that a commit's hold excludes, and a commit
+        // clears the mark last, after its superblock: a clear mark read here covers every
+        // publish made before this call.
+        if inner.header.dirty() == 0 && inner.check_writable().is_ok() {
+            return Ok(inner.header.committed_gen());
+        }
         let _g = inner.lock()?;
         if inner.header.committed_gen() >= target {
             // Someone committed our changes while we waited for the lock.
@@ -1984,5 +1992,85 @@ fn commit_timer(weak: Weak<Inner>, stop: Arc<AtomicBool>, interval: Duration) {
                 let _ = inner.commit_locked();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Run `commit` on another thread while a writer holds partition 3's lock: whether it
+    /// returned within `wait`, and what it returned (once the writer let go, if it waited).
+    fn commit_beside_a_writer(store: &Store, wait: Duration) -> (bool, Result<u64>) {
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let g = store.inner.lock_partition(3).expect("partition lock");
+                held_tx.send(()).expect("report the hold");
+                let _ = release_rx.recv_timeout(Duration::from_secs(60));
+                drop(g);
+            });
+            held_rx.recv().expect("the writer holds its lock");
+            s.spawn(move || done_tx.send(store.commit()));
+            let early = done_rx.recv_timeout(wait).ok();
+            release_tx.send(()).expect("let the writer go");
+            match early {
+                Some(r) => (true, r),
+                None => (
+                    false,
+                    done_rx
+                        .recv()
+                        .expect("the commit ends once the lock is free"),
+                ),
+            }
+        })
+    }
+
+    #[test]
+    fn a_commit_with_nothing_new_returns_without_waiting_for_a_writer() {
+        let store = test_store();
+        store.put(Key::new(1, 1), b"one").expect("put");
+        let first = store.commit().expect("commit");
+        let (returned, got) = commit_beside_a_writer(&store, Duration::from_secs(20));
+        assert!(
+            returned,
+            "a commit with nothing to do waited for a writer's lock"
+        );
+        assert_eq!(
+            got.expect("commit"),
+            first,
+            "no new generation is committed"
+        );
+    }
+
+    #[test]
+    fn a_commit_with_something_new_waits_for_the_writer_and_commits_it() {
+        let store = test_store();
+        store.put(Key::new(1, 1), b"one").expect("put");
+        let first = store.commit().expect("commit");
+        store.put(Key::new(1, 2), b"two").expect("put");
+        let (returned, got) = commit_beside_a_writer(&store, Duration::from_millis(200));
+        assert!(
+            !returned,
+            "a commit with a change to make did not wait for the locks"
+        );
+        assert!(got.expect("commit") > first, "the change is committed");
+        assert_eq!(store.inner.header.dirty(), 0);
+    }
+
+    #[test]
+    fn a_volume_that_refuses_writes_refuses_a_commit_with_nothing_new() {
+        let store = test_store();
+        store.commit().expect("commit");
+        store.inner.header.refuse_inconsistent();
+        assert!(
+            store.commit().is_err(),
+            "a refusing volume reported a commit"
+        );
     }
 }
