@@ -1885,14 +1885,16 @@ impl Store {
         self.commit_to(self.inner.header.working_gen())
     }
 
-    /// Commit unless, once every lock is held, generation `target` is committed already.
+    /// Commit unless nothing was published since the last commit, or, once every lock is
+    /// held, generation `target` is committed already.
     fn commit_to(&self, target: u64) -> Result<u64> {
         let inner = &*self.inner;
-        // Nothing published since the last commit: nothing to do, and no lock to wait for (a
-        // committer that would find the same holds every lock, and hands them on). A publish
-        // marks the tree dirty holding a lock that a commit's hold excludes, and a commit
-        // clears the mark last, after its superblock: a clear mark read here covers every
-        // publish made before this call.
+        // Nothing published since the last commit: return without waiting for the locks (a
+        // writer may hold one as long as its change takes; taking all eight only to find
+        // nothing to do made two threads that each put and commit wait on each other). A
+        // publish marks the tree dirty holding a lock that a commit's hold excludes, and a
+        // commit clears the mark last, after its superblock: a clear mark read here covers
+        // every publish made before this call.
         if inner.header.dirty() == 0 && inner.check_writable().is_ok() {
             return Ok(inner.header.committed_gen());
         }
