@@ -471,6 +471,14 @@ fn write_at_offset(file: &OpenFile, data: &[u8]) -> ssize_t {
 }
 
 fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
+    let _b = Busy::enter();
+    pread_busy(file, buf, off)
+}
+
+/// [`pread_file`] for a caller that holds [`Busy`] already (as [`fdtable::with`]'s closure
+/// does): one thread-local access less on the path of every read.
+fn pread_busy(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
+    debug_assert!(crate::state::busy(), "pread_busy outside Busy");
     count(Call::Pread);
     if !file.readable() {
         return fail(libc::EBADF);
@@ -481,7 +489,6 @@ fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
     if off < 0 {
         return fail(libc::EINVAL);
     }
-    let _b = Busy::enter();
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
@@ -492,6 +499,14 @@ fn pread_file(file: &OpenFile, buf: &mut [u8], off: i64) -> ssize_t {
 }
 
 fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
+    let _b = Busy::enter();
+    pwrite_busy(file, data, off)
+}
+
+/// [`pwrite_file`] for a caller that holds [`Busy`] already (as [`fdtable::with`]'s closure
+/// does).
+fn pwrite_busy(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
+    debug_assert!(crate::state::busy(), "pwrite_busy outside Busy");
     count(Call::Pwrite);
     if !file.writable() {
         return fail(libc::EBADF);
@@ -499,7 +514,6 @@ fn pwrite_file(file: &OpenFile, data: &[u8], off: i64) -> ssize_t {
     if off < 0 {
         return fail(libc::EINVAL);
     }
-    let _b = Busy::enter();
     let Ok(fs) = fs_or_eio() else {
         return fail(libc::EIO);
     };
@@ -596,7 +610,7 @@ macro_rules! pread_fn {
         ) -> ssize_t {
             // SAFETY: the caller passes a buffer of n bytes.
             match fdtable::with(fd, |f| {
-                pread_file(f, unsafe { slice_mut(buf, n) }, off as i64)
+                pread_busy(f, unsafe { slice_mut(buf, n) }, off as i64)
             }) {
                 Some(done) => done,
                 // SAFETY: forwarding.
@@ -646,7 +660,7 @@ macro_rules! pwrite_fn {
             off: $off,
         ) -> ssize_t {
             // SAFETY: the caller passes a buffer of n bytes.
-            match fdtable::with(fd, |f| pwrite_file(f, unsafe { slice(buf, n) }, off as i64)) {
+            match fdtable::with(fd, |f| pwrite_busy(f, unsafe { slice(buf, n) }, off as i64)) {
                 Some(done) => done,
                 // SAFETY: forwarding.
                 None => unsafe { real::$real(fd, buf, n, off) },
