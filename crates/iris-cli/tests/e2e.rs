@@ -1080,7 +1080,7 @@ fn signal_handlers_that_call_into_iris_do_not_deadlock() {
     let stdout = v.sh_ok(&format!("timeout 120 {}", bin.0));
     assert_eq!(
         stdout,
-        "handlers ok, signal ok, ticks ok, siginfo ok, usr1 ok, torn 0\n"
+        "handlers ok, signal ok, ticks ok, siginfo ok, usr1 ok, torn 0, deferred ok\n"
     );
     v.fsck_clean();
 }

@@ -13,7 +13,7 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{compiler_fence, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use libc::{c_int, c_void, sighandler_t, siginfo_t};
 
@@ -37,8 +37,6 @@ static TABLE: Table = Table(UnsafeCell::new(
 static TABLE_LOCK: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// Signals deferred on this thread, one bit per number.
-    static PENDING: AtomicU64 = const { AtomicU64::new(0) };
     /// The siginfo of each deferred signal.
     static INFO: UnsafeCell<[MaybeUninit<siginfo_t>; MAX_SIG + 1]> =
         const { UnsafeCell::new([const { MaybeUninit::uninit() }; MAX_SIG + 1]) };
@@ -82,7 +80,7 @@ extern "C" fn trampoline(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     if crate::state::busy() {
         // SAFETY: this thread's own table; the kernel passes a valid siginfo.
         INFO.with(|t| unsafe { (*t.get())[i] = MaybeUninit::new(*info) });
-        PENDING.with(|p| p.fetch_or(1 << (i - 1), Ordering::Relaxed));
+        crate::state::defer_signal(i);
         return;
     }
     run_handler(sig, info, ctx);
@@ -121,18 +119,10 @@ fn unsafe_zeroed() -> libc::sigaction {
     unsafe { std::mem::zeroed() }
 }
 
-/// Called as a thread leaves Iris: send every signal deferred meanwhile to itself again.
-#[inline]
-pub(crate) fn deliver_deferred() {
-    compiler_fence(Ordering::SeqCst);
-    let pending = PENDING.with(|p| p.load(Ordering::Relaxed));
-    if pending != 0 {
-        deliver(PENDING.with(|p| p.swap(0, Ordering::Relaxed)));
-    }
-}
-
+/// Send every signal of `bits` (deferred while this thread was inside Iris, see
+/// `state::Busy`) to this thread again.
 #[cold]
-fn deliver(mut bits: u64) {
+pub(crate) fn deliver(mut bits: u64) {
     // SAFETY: plain system calls.
     let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
     while bits != 0 {

@@ -4,6 +4,7 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::path::PathBuf;
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -58,34 +59,66 @@ pub(crate) fn config() -> &'static Config {
     })
 }
 
+/// This thread's place in the interposer: whether it is inside Iris (its libc calls then pass
+/// through), and the signals that arrived meanwhile, one bit per number (see `signals`). One
+/// thread-local for both: a call into Iris reads it once.
+pub(crate) struct Inside {
+    busy: Cell<bool>,
+    pending: AtomicU64,
+}
+
 thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
+    static INSIDE: Inside = const {
+        Inside {
+            busy: Cell::new(false),
+            pending: AtomicU64::new(0),
+        }
+    };
 }
 
 /// True while this thread is inside the interposer: its libc calls must pass through.
 #[inline]
 pub(crate) fn busy() -> bool {
-    BUSY.with(|b| b.get())
+    INSIDE.with(|t| t.busy.get())
+}
+
+/// Note signal number `sig` (1-64) as deferred on this thread until it leaves Iris (called in
+/// the signal handler).
+pub(crate) fn defer_signal(sig: usize) {
+    INSIDE.with(|t| t.pending.fetch_or(1 << (sig - 1), Ordering::Relaxed));
 }
 
 /// Marks the thread busy for its lifetime.
-pub(crate) struct Busy(bool);
+pub(crate) struct Busy {
+    was: bool,
+    /// This thread's [`Inside`], found once when entering.
+    inside: *const Inside,
+}
 
 impl Busy {
     #[inline]
     pub fn enter() -> Busy {
-        Busy(BUSY.with(|b| b.replace(true)))
+        INSIDE.with(|t| Busy {
+            was: t.busy.replace(true),
+            inside: t,
+        })
     }
 }
 
 impl Drop for Busy {
     #[inline]
     fn drop(&mut self) {
-        let was = self.0;
-        BUSY.with(|b| b.set(was));
-        if !was {
+        // SAFETY: `inside` is this thread's `INSIDE`, which has no destructor (a `Cell<bool>` and
+        // an atomic), so its storage lives as long as the thread; a `Busy` holds a raw pointer,
+        // so it is not `Send` and is dropped on the thread that made it.
+        let t = unsafe { &*self.inside };
+        t.busy.set(self.was);
+        if !self.was {
             // Out of Iris: signals that came meanwhile run their handlers now.
-            crate::signals::deliver_deferred();
+            compiler_fence(Ordering::SeqCst);
+            if t.pending.load(Ordering::Relaxed) != 0 {
+                crate::signals::deliver(t.pending.swap(0, Ordering::Relaxed));
+            }
         }
     }
 }
