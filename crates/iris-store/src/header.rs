@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::error::StoreError;
 use crate::key::Key;
-use crate::layout::Layout;
+use crate::layout::{Layout, HEADER_BYTES};
 use crate::region::Region;
 use crate::superblock::{SnapshotEntry, MAX_SNAPSHOTS, SNAP_ENTRY_BYTES};
 
@@ -230,30 +230,48 @@ pub(crate) enum HeaderWord {
 pub(crate) struct Header {
     region: Region,
     off: u64,
+    /// Whether the whole header, `[off, off + HEADER_BYTES)`, lies in the region with `off` a
+    /// multiple of 8 (checked once: then [`Header::word_at`] skips the per-access checks).
+    fits: bool,
 }
 
 macro_rules! field {
     ($get:ident, $set:ident, $off:expr) => {
         #[inline]
         pub fn $get(&self) -> u64 {
-            self.region
-                .atomic_u64(self.off + $off)
-                .load(Ordering::Acquire)
+            self.word_at($off).load(Ordering::Acquire)
         }
         #[inline]
         pub fn $set(&self, v: u64) {
-            self.region
-                .atomic_u64(self.off + $off)
-                .store(v, Ordering::Release)
+            self.word_at($off).store(v, Ordering::Release)
         }
     };
 }
 
 impl Header {
     pub fn new(region: Region, layout: &Layout) -> Self {
-        Header {
-            region,
-            off: layout.header_off,
+        let off = layout.header_off;
+        let fits = off.is_multiple_of(8)
+            && off
+                .checked_add(HEADER_BYTES)
+                .is_some_and(|end| end <= region.len());
+        Header { region, off, fits }
+    }
+
+    /// The word at byte `at` of the header (`at` a multiple of 8, `at + 8 <= HEADER_BYTES`; the
+    /// hot accessors pass constants or bounded indices, so the assertion folds away).
+    #[inline]
+    fn word_at(&self, at: u64) -> &AtomicU64 {
+        assert!(
+            at.is_multiple_of(8) && at + 8 <= HEADER_BYTES,
+            "header word {at} out of bounds"
+        );
+        if self.fits {
+            // SAFETY: `off + HEADER_BYTES <= region.len()` with `off` a multiple of 8 (`fits`,
+            // checked in `new`), and `at + 8 <= HEADER_BYTES` with `at` a multiple of 8 (above).
+            unsafe { self.region.atomic_u64_unchecked(self.off + at) }
+        } else {
+            self.region.atomic_u64(self.off + at)
         }
     }
 
@@ -277,16 +295,12 @@ impl Header {
     /// The first intent-log record number the last commit does not hold (synced writes keep
     /// their records within one lap of it).
     pub fn log_start(&self) -> u64 {
-        self.region
-            .atomic_u64(self.off + LOG_START)
-            .load(Ordering::Acquire)
+        self.word_at(LOG_START).load(Ordering::Acquire)
     }
 
     /// Note the log start a commit wrote (see [`Header::log_start`]).
     pub fn set_log_start(&self, v: u64) {
-        self.region
-            .atomic_u64(self.off + LOG_START)
-            .store(v, Ordering::Release)
+        self.word_at(LOG_START).store(v, Ordering::Release)
     }
 
     /// The intent log's place (first block, blocks), if the volume has one.
@@ -304,7 +318,7 @@ impl Header {
 
     /// The next intent-log record number.
     pub fn log_seq(&self) -> &std::sync::atomic::AtomicU64 {
-        self.region.atomic_u64(self.off + LOG_SEQ)
+        self.word_at(LOG_SEQ)
     }
 
     /// Mark the intent log's blocks in `marks` (they are in use though no tree reaches them).
@@ -376,27 +390,21 @@ impl Header {
     /// Add `delta` to the used-block count, on the counter line of bitmap share `share`.
     #[inline]
     pub fn add_used(&self, share: u64, delta: i64) {
-        self.region
-            .atomic_u64(self.off + USED_SHARES + (share % PARTITIONS) * 64)
+        self.word_at(USED_SHARES + (share % PARTITIONS) * 64)
             .fetch_add(delta as u64, Ordering::AcqRel);
     }
 
     /// Blocks in use (metadata included).
     pub fn used_blocks(&self) -> u64 {
         (0..PARTITIONS).fold(self.region.read_u64(self.off + USED_BLOCKS), |n, s| {
-            n.wrapping_add(
-                self.region
-                    .atomic_u64(self.off + USED_SHARES + s * 64)
-                    .load(Ordering::Acquire),
-            )
+            n.wrapping_add(self.word_at(USED_SHARES + s * 64).load(Ordering::Acquire))
         })
     }
 
     /// Set the used-block count (no writer may be allocating or freeing).
     pub fn set_used_blocks(&self, n: u64) {
         for s in 0..PARTITIONS {
-            self.region
-                .atomic_u64(self.off + USED_SHARES + s * 64)
+            self.word_at(USED_SHARES + s * 64)
                 .store(0, Ordering::Release);
         }
         self.region.write_u64(self.off + USED_BLOCKS, n);
@@ -408,31 +416,24 @@ impl Header {
     /// still holds it, so a writer holding the key's partition lock may go straight there.
     #[inline]
     pub fn shape_seq(&self) -> u64 {
-        self.region
-            .atomic_u64(self.off + SHAPE_SEQ)
-            .load(Ordering::Acquire)
+        self.word_at(SHAPE_SEQ).load(Ordering::Acquire)
     }
 
     /// Start the shape sequence at `seed` (a header being made or rebuilt: no process uses it),
     /// so its values do not repeat those of the header's earlier lives.
     pub fn seed_shape_seq(&self, seed: u64) {
-        self.region
-            .atomic_u64(self.off + SHAPE_SEQ)
-            .store(seed, Ordering::Release);
+        self.word_at(SHAPE_SEQ).store(seed, Ordering::Release);
     }
 
     /// Move the shape sequence (caller holds every lock).
     pub fn bump_shape_seq(&self) {
-        self.region
-            .atomic_u64(self.off + SHAPE_SEQ)
-            .fetch_add(1, Ordering::AcqRel);
+        self.word_at(SHAPE_SEQ).fetch_add(1, Ordering::AcqRel);
     }
 
     /// Partition `p`'s write sequence.
     #[inline]
     fn write_seq_word(&self, p: u64) -> &std::sync::atomic::AtomicU64 {
-        self.region
-            .atomic_u64(self.off + WRITE_SEQS + (p % PARTITIONS) * 64)
+        self.word_at(WRITE_SEQS + (p % PARTITIONS) * 64)
     }
 
     /// Partition `p`'s write sequence: even when no writer is changing anything in place there.
@@ -495,8 +496,7 @@ impl Header {
     /// named one): a commit would make that state durable, and the block may be handed out
     /// again while the last commit still reaches it.
     pub fn refuse_inconsistent(&self) {
-        self.region
-            .atomic_u64(self.off + FAILED)
+        self.word_at(FAILED)
             .compare_exchange(0, FAILED_INCONSISTENT, Ordering::AcqRel, Ordering::Acquire)
             .ok();
     }
@@ -514,8 +514,7 @@ impl Header {
     /// location learned while the stamp read `s` stays valid for as long as it reads `s`.
     #[inline]
     pub fn change_stamp(&self, key: Key) -> u64 {
-        self.region
-            .atomic_u64(self.off + CHANGE_STAMPS + stamp_bucket(key) * 8)
+        self.word_at(CHANGE_STAMPS + stamp_bucket(key) * 8)
             .load(Ordering::SeqCst)
     }
 
@@ -526,8 +525,7 @@ impl Header {
             while bits != 0 {
                 let b = w as u64 * 64 + u64::from(bits.trailing_zeros());
                 bits &= bits - 1;
-                self.region
-                    .atomic_u64(self.off + CHANGE_STAMPS + b * 8)
+                self.word_at(CHANGE_STAMPS + b * 8)
                     .fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -556,7 +554,7 @@ impl Header {
     }
 
     fn note_written_bucket(&self, b: u64, gen: u64) {
-        let w = self.region.atomic_u64(self.off + WRITE_GENS + b * 8);
+        let w = self.word_at(WRITE_GENS + b * 8);
         // Most writes of a generation find it noted already: no store, the line stays shared
         // between writers.
         if w.load(Ordering::Relaxed) < gen {
@@ -568,8 +566,7 @@ impl Header {
     /// published in (0: none since the header was built; an over-estimate when other keys
     /// share the bucket).
     pub fn written_gen(&self, key: Key) -> u64 {
-        self.region
-            .atomic_u64(self.off + WRITE_GENS + stamp_bucket(key) * 8)
+        self.word_at(WRITE_GENS + stamp_bucket(key) * 8)
             .load(Ordering::Acquire)
     }
 
@@ -577,8 +574,7 @@ impl Header {
     pub fn bump_all_change_stamps(&self) {
         self.bump_shape_seq();
         for b in 0..STAMP_BUCKETS {
-            self.region
-                .atomic_u64(self.off + CHANGE_STAMPS + b * 8)
+            self.word_at(CHANGE_STAMPS + b * 8)
                 .fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -599,7 +595,7 @@ impl Header {
     /// it holds.
     #[inline]
     pub fn recent_mask(&self) -> &std::sync::atomic::AtomicU64 {
-        self.region.atomic_u64(self.off + RECENT_MASK)
+        self.word_at(RECENT_MASK)
     }
 
     /// The words of writer partition `p`'s lock (see `volume_lock`): its holder, and the
@@ -615,22 +611,18 @@ impl Header {
     /// Partition `p`'s allocation cursor (a word index of the working bitmap).
     #[inline]
     pub fn part_hint(&self, p: u64) -> &std::sync::atomic::AtomicU64 {
-        self.region
-            .atomic_u64(self.off + PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE + PART_HINT)
+        self.word_at(PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE + PART_HINT)
     }
 
     /// The shared allocation cursor (a word index of the working bitmap).
     #[inline]
     pub fn shared_hint(&self) -> &std::sync::atomic::AtomicU64 {
-        self.region.atomic_u64(self.off + ALLOC_HINT)
+        self.word_at(ALLOC_HINT)
     }
 
     /// Whether a lock holder died and the repair that needs every lock is still due.
     pub fn repair_needed(&self) -> bool {
-        self.region
-            .atomic_u64(self.off + REPAIR_NEEDED)
-            .load(Ordering::Acquire)
-            != 0
+        self.word_at(REPAIR_NEEDED).load(Ordering::Acquire) != 0
     }
 
     /// The process backing the next growth's space ahead of need now, if one is (a hint
@@ -647,7 +639,7 @@ impl Header {
     /// Note that process `pid` backs space ahead now (`running`), or that it stopped (the note
     /// is cleared only if it is still `pid`'s).
     pub fn note_grow_ahead(&self, pid: u32, running: bool) {
-        let w = self.region.atomic_u64(self.off + GROW_AHEAD_PID);
+        let w = self.word_at(GROW_AHEAD_PID);
         if running {
             w.store(u64::from(pid), Ordering::Release);
         } else {
@@ -657,16 +649,13 @@ impl Header {
 
     /// Note (or clear) that the repair is due.
     pub fn set_repair_needed(&self, on: bool) {
-        self.region
-            .atomic_u64(self.off + REPAIR_NEEDED)
+        self.word_at(REPAIR_NEEDED)
             .store(u64::from(on), Ordering::Release);
     }
 
     /// Add to the blocks held only by snapshots, atomically (writers of several partitions).
     pub fn add_snapshot_held(&self, n: u64) {
-        self.region
-            .atomic_u64(self.off + SNAPSHOT_HELD)
-            .fetch_add(n, Ordering::AcqRel);
+        self.word_at(SNAPSHOT_HELD).fetch_add(n, Ordering::AcqRel);
     }
 
     /// Atomic view of a header word (for the pending-free range and count).

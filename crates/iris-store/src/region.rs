@@ -26,6 +26,28 @@ impl Region {
         Region { base, len }
     }
 
+    /// The mapping's length in bytes.
+    #[inline]
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// [`Region::atomic_u64`] without its checks, for a caller that proved a whole area in
+    /// bounds once (the working header: see `Header::word_at`).
+    ///
+    /// # Safety
+    /// `off + 8 <= self.len()` and `off` is a multiple of 8.
+    #[inline]
+    pub(crate) unsafe fn atomic_u64_unchecked(&self, off: u64) -> &AtomicU64 {
+        debug_assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "unchecked word out of bounds"
+        );
+        // SAFETY: the caller's contract (in bounds, 8-byte aligned; the mapping is page
+        // aligned), and AtomicU64 has the layout of u64; the memory lives as long as the Region.
+        unsafe { &*(self.base.add(off as usize) as *const AtomicU64) }
+    }
+
     #[inline]
     fn check(&self, off: u64, len: u64) {
         assert!(

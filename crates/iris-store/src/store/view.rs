@@ -41,6 +41,11 @@ impl Inner {
     #[inline]
     pub(super) fn in_place_marks(&self, keys: impl IntoIterator<Item = Key>) -> Option<WriteMarks> {
         let held = partition_mask(keys);
+        if held.is_power_of_two() {
+            // One partition (a read inside one block, or two of one file region): one load.
+            let s = self.header.write_seq(u64::from(held.trailing_zeros()));
+            return (s & 1 == 0).then_some(WriteMarks { held, sum: s });
+        }
         let mut sum = 0u64;
         for p in each_partition(held) {
             let s = self.header.write_seq(p);
@@ -57,6 +62,12 @@ impl Inner {
     pub(super) fn unchanged_since(&self, marks: &WriteMarks) -> bool {
         // The bytes read above are read before the sequences below.
         std::sync::atomic::fence(Ordering::Acquire);
+        if marks.held.is_power_of_two() {
+            return self
+                .header
+                .write_seq(u64::from(marks.held.trailing_zeros()))
+                == marks.sum;
+        }
         each_partition(marks.held).fold(0u64, |sum, p| sum.wrapping_add(self.header.write_seq(p)))
             == marks.sum
     }
