@@ -57,6 +57,33 @@ impl Region {
         );
     }
 
+    /// Start loading every cache line of bytes `[start, end)` (cut at the mapping's end), for
+    /// writing (`for_write`: the lines come exclusive) or for reading. A hint; the range is
+    /// checked once, not per line.
+    #[inline]
+    pub(crate) fn prefetch_range(&self, start: u64, end: u64, for_write: bool) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let end = end.min(self.len);
+            let mut line = start & !63;
+            while line < end {
+                // SAFETY: `line < end <= len`, inside the mapping; a prefetch never faults and
+                // changes no memory.
+                unsafe {
+                    let p = self.base.add(line as usize).cast::<i8>();
+                    if for_write {
+                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p);
+                    } else {
+                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
+                    }
+                }
+                line += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (start, end, for_write);
+    }
+
     /// Start loading the cache line at `off` (a hint; out-of-range offsets are ignored).
     #[inline]
     pub(crate) fn prefetch(&self, off: u64) {
@@ -67,23 +94,6 @@ impl Region {
         // SAFETY: `off` is inside the mapping; a prefetch never faults and changes no memory.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                self.base.add(off as usize).cast::<i8>(),
-            )
-        };
-    }
-
-    /// Start loading the cache line at `off` for writing (a hint; out-of-range offsets are
-    /// ignored): a store into a line not yet in the cache waits for it, and so does every
-    /// atomic instruction after the store.
-    #[inline]
-    pub(crate) fn prefetch_w(&self, off: u64) {
-        if off >= self.len {
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `off` is inside the mapping; a prefetch never faults and changes no memory.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
                 self.base.add(off as usize).cast::<i8>(),
             )
         };

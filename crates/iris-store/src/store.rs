@@ -1521,15 +1521,7 @@ impl Store {
         }
         let start = inner.layout.offset(at.block) + offset as u64;
         let end = start + len.min(at.len() - offset.min(at.len())) as u64;
-        let mut line = start & !63;
-        while line < end {
-            if for_write {
-                inner.region.prefetch_w(line);
-            } else {
-                inner.region.prefetch(line);
-            }
-            line += 64;
-        }
+        inner.region.prefetch_range(start, end, for_write);
     }
 
     /// [`Store::put_block_then_patch`] with the value filled under the lock (inline-sized values,

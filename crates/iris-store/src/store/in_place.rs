@@ -330,12 +330,7 @@ impl Store {
                 } else {
                     data.len().min(PREFETCH_BYTES)
                 };
-                let end = at + bytes as u64;
-                let mut line = at & !63;
-                while line < end {
-                    inner.region.prefetch_w(line);
-                    line += 64;
-                }
+                inner.region.prefetch_range(at, at + bytes as u64, true);
             }
         }
         let p = partition_of(key);
@@ -565,11 +560,7 @@ impl Store {
             // the undo record armed.
             let at = inner.layout.offset(block) + offset as u64;
             let end = at + data.len().min(len as usize - offset) as u64;
-            let mut line = at & !63;
-            while line < end {
-                inner.region.prefetch_w(line);
-                line += 64;
-            }
+            inner.region.prefetch_range(at, end, true);
         }
         if offset >= len as usize {
             return Ok(InPlaceOutcome::PastEnd);
