@@ -244,8 +244,8 @@ impl Allocator {
     /// The fresh map's pair for W word `word`: (generation, bits).
     #[inline]
     fn fresh_pair(&self, word: u64) -> (&AtomicU64, &AtomicU64) {
-        let at = self.layout.fresh_off + word * 16;
-        (self.region.atomic_u64(at), self.region.atomic_u64(at + 8))
+        self.region
+            .atomic_u64_pair(self.layout.fresh_off + word * 16)
     }
 
     /// Note that block `b`, just taken in W, is allocated in the working generation (caller

@@ -258,6 +258,22 @@ impl Header {
         Header { region, off, fits }
     }
 
+    /// The 4-byte word at byte `at` of the header (as [`Header::word_at`]).
+    #[inline]
+    fn word32_at(&self, at: u64) -> &AtomicU32 {
+        assert!(
+            at.is_multiple_of(4) && at + 4 <= HEADER_BYTES,
+            "header word {at} out of bounds"
+        );
+        if self.fits {
+            // SAFETY: `off + HEADER_BYTES <= region.len()` with `off` a multiple of 8 (`fits`,
+            // checked in `new`), and `at + 4 <= HEADER_BYTES` with `at` a multiple of 4 (above).
+            unsafe { self.region.atomic_u32_unchecked(self.off + at) }
+        } else {
+            self.region.atomic_u32(self.off + at)
+        }
+    }
+
     /// The word at byte `at` of the header (`at` a multiple of 8, `at + 8 <= HEADER_BYTES`; the
     /// hot accessors pass constants or bounded indices, so the assertion folds away).
     #[inline]
@@ -600,11 +616,12 @@ impl Header {
 
     /// The words of writer partition `p`'s lock (see `volume_lock`): its holder, and the
     /// count of its sleeping waiters.
+    #[inline]
     pub(crate) fn lock_words(&self, p: u64) -> (&AtomicU64, &AtomicU32) {
-        let at = self.off + PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE;
+        let line = PARTITION_LINES + (p % PARTITIONS) * PARTITION_LINE;
         (
-            self.region.atomic_u64(at + LOCK_HOLDER),
-            self.region.atomic_u32(at + LOCK_WAITERS),
+            self.word_at(line + LOCK_HOLDER),
+            self.word32_at(line + LOCK_WAITERS),
         )
     }
 

@@ -151,6 +151,35 @@ impl Region {
         unsafe { &*(self.base.add(off as usize) as *const AtomicU64) }
     }
 
+    /// [`Region::atomic_u32`] without its checks (see [`Region::atomic_u64_unchecked`]).
+    ///
+    /// # Safety
+    /// `off + 4 <= self.len()` and `off` is a multiple of 4.
+    #[inline]
+    pub(crate) unsafe fn atomic_u32_unchecked(&self, off: u64) -> &std::sync::atomic::AtomicU32 {
+        debug_assert!(
+            off.is_multiple_of(4) && off + 4 <= self.len,
+            "unchecked word out of bounds"
+        );
+        // SAFETY: the caller's contract (in bounds, 4-byte aligned; the mapping is page
+        // aligned), and AtomicU32 has the layout of u32; the memory lives as long as the Region.
+        unsafe { &*(self.base.add(off as usize) as *const std::sync::atomic::AtomicU32) }
+    }
+
+    /// The two 8-byte words at `off` and `off + 8`, checked once.
+    #[inline]
+    pub(crate) fn atomic_u64_pair(&self, off: u64) -> (&AtomicU64, &AtomicU64) {
+        self.check(off, 16);
+        assert_eq!(off % 8, 0, "atomic word not aligned");
+        // SAFETY: `off + 16 <= len` (checked) and `off` is 8-byte aligned (checked).
+        unsafe {
+            (
+                self.atomic_u64_unchecked(off),
+                self.atomic_u64_unchecked(off + 8),
+            )
+        }
+    }
+
     /// A 4-byte word shared between processes (a lock's waiter count).
     #[inline]
     pub(crate) fn atomic_u32(&self, off: u64) -> &std::sync::atomic::AtomicU32 {
