@@ -3,7 +3,9 @@
 //!
 //! Invariant: `base` points at a live mapping of `len` bytes that outlives the `Region` (the store
 //! owns the media). Offsets passed here come from validated layout or node fields; a bad offset is a
-//! bug, and trips the bounds assertion instead of touching memory outside the mapping.
+//! bug, and trips the bounds assertion instead of touching memory outside the mapping. The
+//! `_unchecked` accessors leave that check to a caller that proved a whole area in bounds once
+//! (the working header, see `Header::word_at`): their contract says so.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
