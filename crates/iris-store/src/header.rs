@@ -258,36 +258,39 @@ impl Header {
         Header { region, off, fits }
     }
 
-    /// The 4-byte word at byte `at` of the header (as [`Header::word_at`]).
+    /// Whether the `size`-byte word at byte `at` of the header may be reached without a check
+    /// (`at` a multiple of `size` and `at + size <= HEADER_BYTES`, asserted: the hot accessors
+    /// pass constants or bounded indices, so the assertion folds away; and the whole header
+    /// inside the region, `fits`).
     #[inline]
-    fn word32_at(&self, at: u64) -> &AtomicU32 {
+    fn proved(&self, at: u64, size: u64) -> bool {
         assert!(
-            at.is_multiple_of(4) && at + 4 <= HEADER_BYTES,
+            at.is_multiple_of(size) && at + size <= HEADER_BYTES,
             "header word {at} out of bounds"
         );
-        if self.fits {
-            // SAFETY: `off + HEADER_BYTES <= region.len()` with `off` a multiple of 8 (`fits`,
-            // checked in `new`), and `at + 4 <= HEADER_BYTES` with `at` a multiple of 4 (above).
-            unsafe { self.region.atomic_u32_unchecked(self.off + at) }
-        } else {
-            self.region.atomic_u32(self.off + at)
-        }
+        self.fits
     }
 
-    /// The word at byte `at` of the header (`at` a multiple of 8, `at + 8 <= HEADER_BYTES`; the
-    /// hot accessors pass constants or bounded indices, so the assertion folds away).
+    /// The 8-byte word at byte `at` of the header.
     #[inline]
     fn word_at(&self, at: u64) -> &AtomicU64 {
-        assert!(
-            at.is_multiple_of(8) && at + 8 <= HEADER_BYTES,
-            "header word {at} out of bounds"
-        );
-        if self.fits {
-            // SAFETY: `off + HEADER_BYTES <= region.len()` with `off` a multiple of 8 (`fits`,
-            // checked in `new`), and `at + 8 <= HEADER_BYTES` with `at` a multiple of 8 (above).
+        if self.proved(at, 8) {
+            // SAFETY: `off + HEADER_BYTES <= region.len()` with `off` a multiple of 8, and
+            // `at + 8 <= HEADER_BYTES` with `at` a multiple of 8 (`proved`).
             unsafe { self.region.atomic_u64_unchecked(self.off + at) }
         } else {
             self.region.atomic_u64(self.off + at)
+        }
+    }
+
+    /// The 4-byte word at byte `at` of the header (a lock's waiter count).
+    #[inline]
+    fn word32_at(&self, at: u64) -> &AtomicU32 {
+        if self.proved(at, 4) {
+            // SAFETY: as in `word_at`, with `at + 4 <= HEADER_BYTES` and `at` a multiple of 4.
+            unsafe { self.region.atomic_u32_unchecked(self.off + at) }
+        } else {
+            self.region.atomic_u32(self.off + at)
         }
     }
 
